@@ -1,0 +1,165 @@
+"""The ONNX Runtime backend: one ``InferenceSession`` per model instance.
+
+Session options come from the config, with Triton's ONNX Runtime backend keys in ``parameters``:
+
+- ``intra_op_thread_count``: threads inside one operator (default: cores / instance count, at least 1)
+- ``inter_op_thread_count``: threads across operators when ``execution_mode`` is 1
+- ``execution_mode``: 0 sequential (default), 1 parallel
+- ``enable_mem_arena``, ``enable_mem_pattern``: 0 or 1 (ONNX Runtime defaults: 1)
+- ``allow_spinning``: 1 lets idle intra-op threads spin (ONNX Runtime's default), 0 frees the core
+
+and ``optimization { graph { level: N } }``: -1 basic, 1 extended, anything else all (the default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.backends.signature import ModelSignature, TensorSignature
+from conch.core.errors import InternalError, InvalidArgumentError
+from conch.core.types import ExecutionTiming
+
+_ORT_TYPES = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+_GRAPH_LEVELS = {
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+}
+SESSION_PARAMETERS = (
+    "intra_op_thread_count",
+    "inter_op_thread_count",
+    "execution_mode",
+    "enable_mem_arena",
+    "enable_mem_pattern",
+    "allow_spinning",
+)
+
+
+def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
+    """ONNX Runtime session options from the config's ``parameters`` and ``optimization``."""
+    params = {key: config.parameters[key].string_value for key in SESSION_PARAMETERS if key in config.parameters}
+    options = ort.SessionOptions()
+    instances = sum(group.count for group in config.instance_group) or 1
+    options.intra_op_num_threads = _int_param(params, "intra_op_thread_count", max(1, (os.cpu_count() or 1) // instances))
+    options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 0)
+    if _int_param(params, "execution_mode", 0) == 1:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.enable_cpu_mem_arena = bool(_int_param(params, "enable_mem_arena", 1))
+    options.enable_mem_pattern = bool(_int_param(params, "enable_mem_pattern", 1))
+    options.add_session_config_entry("session.intra_op.allow_spinning", str(_int_param(params, "allow_spinning", 1)))
+    level = config.optimization.graph.level
+    options.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    options.log_severity_level = 3
+    return options
+
+
+def _int_param(params: dict[str, str], key: str, default: int) -> int:
+    if key not in params:
+        return default
+    try:
+        return int(params[key])
+    except ValueError:
+        raise InvalidArgumentError(f"parameters '{key}' must be an integer, got '{params[key]}'") from None
+
+
+def open_session(model_file: Path, config: mc.ModelConfig) -> ort.InferenceSession:
+    """Load a model file; a file that is not ONNX becomes a 400 without the file's path in it."""
+    try:
+        return ort.InferenceSession(
+            str(model_file), sess_options=session_options(config), providers=["CPUExecutionProvider"]
+        )
+    except (ort_state.Fail, ort_state.InvalidGraph, ort_state.InvalidProtobuf, ort_state.NoSuchFile) as exc:
+        reason = str(exc).replace(str(model_file), model_file.name)
+        raise InvalidArgumentError(f"{model_file.name} is not a loadable ONNX model: {reason}") from None
+
+
+def read_signature(session: ort.InferenceSession) -> ModelSignature:
+    """The graph's inputs and outputs as V2 datatypes and shapes (None for dynamic dimensions)."""
+    return ModelSignature(
+        inputs=tuple(_tensor_signature(node) for node in session.get_inputs()),
+        outputs=tuple(_tensor_signature(node) for node in session.get_outputs()),
+    )
+
+
+def _tensor_signature(node: ort.NodeArg) -> TensorSignature:
+    datatype = _ORT_TYPES.get(node.type)
+    if datatype is None:
+        raise InvalidArgumentError(f"tensor '{node.name}' has type {node.type}, which conch cannot serve")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else None for d in (node.shape or []))
+    return TensorSignature(node.name, datatype, shape)
+
+
+class OnnxRuntimeInstance:
+    """One model instance: a session plus the reshapes that map config dims to graph shapes."""
+
+    def __init__(self, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
+        self._session = session
+        self._batching = config.max_batch_size > 0
+        self._input_reshape = {e.name: tuple(e.reshape.shape) for e in config.input if e.HasField("reshape")}
+        self._output_dims = {e.name: tuple(e.dims) for e in config.output if e.HasField("reshape")}
+        self._string_inputs = {e.name for e in config.input if e.data_type == mc.TYPE_STRING}
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        """Run the graph on ``inputs`` (wire shapes); return ``output_names`` in wire shapes."""
+        start = time.perf_counter_ns()
+        feed = {name: self._to_model(name, array) for name, array in inputs.items()}
+        ran = time.perf_counter_ns()
+        try:
+            results = self._session.run(output_names, feed)
+        except ort_state.InvalidArgument as exc:
+            raise InvalidArgumentError(f"the model rejected the input: {exc}") from None
+        except (ort_state.Fail, ort_state.RuntimeException) as exc:
+            raise InternalError(f"the model failed while running: {exc}") from None
+        done = time.perf_counter_ns()
+        outputs = {name: self._to_wire(name, array) for name, array in zip(output_names, results, strict=True)}
+        timing.compute_input_ns = ran - start
+        timing.compute_infer_ns = done - ran
+        timing.compute_output_ns = time.perf_counter_ns() - done
+        return outputs
+
+    def _to_model(self, name: str, array: np.ndarray) -> np.ndarray:
+        if name in self._string_inputs:
+            array = _decode_strings(name, array)
+        reshape = self._input_reshape.get(name)
+        if reshape is not None:
+            array = array.reshape(array.shape[:1] + reshape if self._batching else reshape)
+        return array
+
+    def _to_wire(self, name: str, array: np.ndarray) -> np.ndarray:
+        dims = self._output_dims.get(name)
+        if dims is None:
+            return array
+        return array.reshape(array.shape[:1] + dims if self._batching else dims)
+
+
+def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
+    # ONNX Runtime stringifies bytes objects ("b'...'"), so BYTES must reach it as str.
+    try:
+        decoded = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel().tolist()]
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"input '{name}': ONNX string tensors must be UTF-8") from None
+    out = np.empty(len(decoded), dtype=object)
+    out[:] = decoded
+    return out.reshape(array.shape)

@@ -1,0 +1,1 @@
+"""The ``conch`` command line: thin over library calls."""

@@ -1,0 +1,140 @@
+"""Decoding and encoding tensor data: JSON lists and raw little-endian bytes, both directions.
+
+These are the only functions that turn wire data into numpy arrays and back. Raw bytes become
+``np.frombuffer`` views (no copy); BYTES elements use the V2 layout of a 4-byte little-endian length
+followed by the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from conch.core import datatypes
+from conch.core.errors import InvalidArgumentError
+
+_LENGTH = struct.Struct("<I")
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Number of elements in a tensor of ``shape``."""
+    return math.prod(shape)
+
+
+def check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """A shape from the wire as a tuple of non-negative ints, or a 400 naming the input."""
+    if not isinstance(shape, list | tuple) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InvalidArgumentError(f"input '{name}': shape must be a list of non-negative integers")
+    return tuple(shape)
+
+
+def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    """Decode JSON ``data`` (flat or nested lists) into an array of ``shape``."""
+    dtype = datatypes.from_name(datatype)
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        if dtype.name == "BYTES":
+            flat = _flatten(data)
+            array = np.empty(len(flat), dtype=object)
+            array[:] = [_to_bytes(name, v) for v in flat]
+        else:
+            if dtype.name == "BOOL" and not all(isinstance(v, bool) for v in _flatten(data)):
+                raise InvalidArgumentError(f"input '{name}': BOOL data must be true or false")
+            array = np.asarray(data, dtype=dtype.numpy)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(f"input '{name}': data does not match datatype {datatype}: {exc}") from None
+    expected = element_count(shape)
+    if array.size != expected:
+        raise InvalidArgumentError(
+            f"input '{name}': shape {list(shape)} needs {expected} elements but data has {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def to_json(array: np.ndarray) -> list[Any]:
+    """Flatten an array into a JSON-ready list; BYTES elements become UTF-8 strings."""
+    if array.dtype == object or array.dtype.kind in ("U", "S"):
+        return [_to_text(v) for v in array.ravel().tolist()]
+    return array.ravel().tolist()  # type: ignore[no-any-return]
+
+
+def from_bytes(name: str, datatype: str, shape: tuple[int, ...], buffer: memoryview | bytes) -> np.ndarray:
+    """Decode raw tensor bytes into an array of ``shape``; a view over ``buffer`` for fixed-size types."""
+    dtype = datatypes.from_name(datatype)
+    count = element_count(shape)
+    if dtype.name == "BYTES":
+        return _deserialize_bytes(name, shape, count, buffer)
+    expected = count * dtype.item_size
+    if len(buffer) != expected:
+        raise InvalidArgumentError(
+            f"input '{name}': {datatype} shape {list(shape)} needs {expected} bytes but got {len(buffer)}"
+        )
+    return np.frombuffer(buffer, dtype=dtype.numpy).reshape(shape)
+
+
+def to_bytes(array: np.ndarray) -> bytes | memoryview:
+    """Raw bytes of an array: a memoryview for fixed-size types, length-prefixed elements for BYTES."""
+    if array.dtype == object or array.dtype.kind in ("U", "S"):
+        return b"".join(_LENGTH.pack(len(b)) + b for b in (_to_bytes("", v) for v in array.ravel().tolist()))
+    return memoryview(np.ascontiguousarray(array)).cast("B")
+
+
+def _deserialize_bytes(name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes) -> np.ndarray:
+    view = memoryview(buffer)
+    elements: list[bytes] = []
+    offset = 0
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise InvalidArgumentError(f"input '{name}': BYTES data ends inside an element length")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise InvalidArgumentError(f"input '{name}': BYTES element is longer than the data sent")
+        elements.append(bytes(view[offset : offset + length]))
+        offset += length
+    if len(elements) != count:
+        raise InvalidArgumentError(
+            f"input '{name}': shape {list(shape)} needs {count} BYTES elements but data has {len(elements)}"
+        )
+    array = np.empty(count, dtype=object)
+    array[:] = elements
+    return array.reshape(shape)
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    if not any(isinstance(v, list) for v in data):
+        return data
+    flat: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for value in stack[-1]:
+            if isinstance(value, list):
+                stack.append(iter(value))
+                break
+            flat.append(value)
+        else:
+            stack.pop()
+    return flat
+
+
+def _to_bytes(name: str, value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, np.bytes_ | np.str_):
+        return _to_bytes(name, value.item())
+    raise InvalidArgumentError(f"input '{name}': BYTES data must be strings")
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)

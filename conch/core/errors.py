@@ -1,0 +1,57 @@
+"""Errors that carry their V2 status, so each frontend maps them to HTTP or gRPC in exactly one place.
+
+Messages are written for the caller: they name the model and the offending input, and never contain
+filesystem paths or stack traces.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """The kinds of failure the V2 protocol distinguishes, with their HTTP status."""
+
+    INVALID_ARGUMENT = 400
+    NOT_FOUND = 404
+    RATE_LIMITED = 429
+    INTERNAL = 500
+    UNAVAILABLE = 503
+
+    @property
+    def http_status(self) -> int:
+        return self.value
+
+
+class ConchError(Exception):
+    """Base class of every error conch reports to a client."""
+
+    kind: ErrorKind = ErrorKind.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgumentError(ConchError):
+    """The request is malformed or does not match the model (HTTP 400)."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+
+
+class NotFoundError(ConchError):
+    """Unknown model or version (HTTP 404)."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class UnavailableError(ConchError):
+    """The model exists but cannot serve now: not loaded, failed, or overloaded (HTTP 503)."""
+
+    kind = ErrorKind.UNAVAILABLE
+
+
+class InternalError(ConchError):
+    """The server failed while computing the answer (HTTP 500)."""
+
+    kind = ErrorKind.INTERNAL

@@ -1,0 +1,75 @@
+"""Request, response and tensor types shared by every frontend, the scheduler and the backends.
+
+Tensors hold numpy arrays. Frontends build them as views over the wire bytes where the wire allows
+(the HTTP binary extension, gRPC ``raw_input_contents``), so a tensor is decoded once and not copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor with its V2 datatype; ``data.shape`` is the shape the client sent or will get."""
+
+    name: str
+    datatype: str
+    data: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for; ``binary`` is the HTTP binary-extension choice (None: default)."""
+
+    name: str
+    binary: bool | None = None
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    """One inference call, whatever protocol it came over.
+
+    ``model_version`` is empty when the client let the version policy choose. An empty ``outputs``
+    list means every output of the model.
+    """
+
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: list[Tensor] = field(default_factory=list)
+    outputs: list[RequestedOutput] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def batch_size(self, batching: bool) -> int:
+        """Rows in this request: the first dimension for a batching model, else 1."""
+        if not batching or not self.inputs or not self.inputs[0].data.shape:
+            return 1
+        return int(self.inputs[0].data.shape[0])
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    """The answer to an :class:`InferenceRequest`, in the order the outputs were requested."""
+
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ExecutionTiming:
+    """Nanoseconds one execution spent preparing inputs, running the model and collecting outputs."""
+
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0

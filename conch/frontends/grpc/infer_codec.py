@@ -1,0 +1,96 @@
+"""``ModelInferRequest`` to core types and core types to ``ModelInferResponse``.
+
+Inputs come as ``raw_input_contents`` (decoded as views over the received bytes) or as typed
+``contents``; outputs always go out as ``raw_output_contents``, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from conch.core import codecs, datatypes
+from conch.core.errors import InvalidArgumentError
+from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
+    """Core request from a gRPC message; raw and typed contents may not be mixed, as in Triton."""
+    raw = message.raw_input_contents
+    if raw and len(raw) != len(message.inputs):
+        raise InvalidArgumentError(
+            f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs"
+        )
+    request = InferenceRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        id=message.id,
+        parameters=decode_parameters(message.parameters),
+    )
+    for index, item in enumerate(message.inputs):
+        shape = codecs.check_shape(item.name, list(item.shape))
+        if raw:
+            data = codecs.from_bytes(item.name, item.datatype, shape, raw[index])
+        else:
+            data = _from_contents(item, shape)
+        request.inputs.append(Tensor(item.name, item.datatype, data))
+    request.outputs = [RequestedOutput(o.name) for o in message.outputs]
+    return request
+
+
+def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
+    """A ``ModelInferResponse`` with every output in ``raw_output_contents``."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for tensor in response.outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        message.raw_output_contents.append(bytes(codecs.to_bytes(tensor.data)))
+    return message
+
+
+def decode_parameters(parameters: Any) -> dict[str, Any]:
+    """``map<string, InferParameter>`` as plain Python values."""
+    decoded: dict[str, Any] = {}
+    for key, value in parameters.items():
+        which = value.WhichOneof("parameter_choice")
+        decoded[key] = getattr(value, which) if which else None
+    return decoded
+
+
+def _from_contents(item: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> np.ndarray:
+    dtype = datatypes.from_name(item.datatype)
+    field = _CONTENTS_FIELD.get(dtype.name)
+    if field is None:
+        raise InvalidArgumentError(
+            f"input '{item.name}': {dtype.name} has no typed contents field; send it in raw_input_contents"
+        )
+    values = getattr(item.contents, field)
+    if dtype.name == "BYTES":
+        return codecs.from_json(item.name, "BYTES", shape, list(values))
+    count = codecs.element_count(shape)
+    if len(values) != count:
+        raise InvalidArgumentError(
+            f"input '{item.name}': shape {list(shape)} needs {count} elements but contents has {len(values)}"
+        )
+    try:
+        return np.asarray(list(values), dtype=dtype.numpy).reshape(shape)
+    except OverflowError:
+        raise InvalidArgumentError(f"input '{item.name}': a value does not fit {dtype.name}") from None

@@ -1,0 +1,142 @@
+"""``inference.GRPCInferenceService`` on ``grpc.aio``: each RPC is one call into the server API.
+
+Errors leave through :func:`_abort` only, which maps a :class:`ConchError` kind to its status code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from conch.core.errors import ConchError, ErrorKind
+from conch.frontends.grpc import infer_codec
+from conch.server import InferenceServer
+
+log = logging.getLogger(__name__)
+
+STATUS_CODES = {
+    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+T = TypeVar("T")
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Translates the Triton gRPC service into :class:`InferenceServer` calls."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.server.live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.server.ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        ready = await _call(context, lambda: self.server.model_ready(request.name, request.version))
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self.server.metadata())
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        metadata = await _call(context, lambda: self.server.model_metadata(request.name, request.version))
+        return json_format.ParseDict(metadata, pb.ModelMetadataResponse())
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        served = await _call(context, lambda: self.server.model_version(request.name, request.version))
+        return pb.ModelConfigResponse(config=served.config)
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        stats = await _call(context, lambda: self.server.statistics(request.name, request.version))
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
+        entries = self.server.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries])
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        try:
+            return await self._infer(request)
+        except ConchError as exc:
+            await _abort(context, exc)
+            raise
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Requests on one stream run concurrently; each answer (or error) is sent when ready."""
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def answer(message: pb.ModelInferRequest) -> None:
+            try:
+                reply = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
+            except ConchError as exc:
+                reply = pb.ModelStreamInferResponse(error_message=exc.message)
+            except Exception:
+                log.exception("stream inference failed")
+                reply = pb.ModelStreamInferResponse(error_message="internal server error")
+            await answers.put(reply)
+
+        async def read_all() -> None:
+            async for message in request_iterator:
+                task = asyncio.create_task(answer(message))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            while pending:
+                await asyncio.gather(*list(pending))
+            await answers.put(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (reply := await answers.get()) is not None:
+                yield reply
+        finally:
+            reader.cancel()
+
+    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        request = infer_codec.decode_request(message)
+        response = await self.server.infer(request)
+        return infer_codec.encode_response(response)
+
+
+async def _call(context: Any, produce: Callable[[], T]) -> T:
+    try:
+        return produce()
+    except ConchError as exc:
+        await _abort(context, exc)
+        raise
+
+
+async def _abort(context: Any, exc: ConchError) -> None:
+    await context.abort(STATUS_CODES[exc.kind], exc.message)
+
+
+def create_grpc_server(server: InferenceServer, address: str) -> grpc.aio.Server:
+    """A ``grpc.aio`` server bound to ``address`` with the inference service registered."""
+    limit = 512 * 1024 * 1024
+    grpc_server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)
+    grpc_server.add_insecure_port(address)
+    return grpc_server
+
+

@@ -1,0 +1,160 @@
+"""The V2 REST routes as a raw ASGI application.
+
+A framework's routing and request objects cost more per call than the whole JSON decode of a small
+request, so this app reads the ASGI scope directly: one split of the path, one dict of handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
+from conch.frontends.http import infer_codec
+from conch.frontends.http.body import read_body
+from conch.server import InferenceServer
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
+
+_NOT_READY = 503
+
+
+class HttpFrontend:
+    """ASGI app serving KServe V2 and Triton's HTTP extensions for one :class:`InferenceServer`."""
+
+    def __init__(self, server: InferenceServer, max_body_bytes: int = 512 * 1024 * 1024) -> None:
+        self.server = server
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            status, body, headers = await self._dispatch(scope, receive)
+        except ConchError as exc:
+            status, body, headers = _error(exc.kind.http_status, exc.message)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            status, body, headers = _error(ErrorKind.INTERNAL.http_status, "internal server error")
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
+        method = scope["method"]
+        parts = scope["path"].strip("/").split("/")
+        if not parts or parts[0] != "v2":
+            raise NotFoundError(f"no route for {scope['path']}")
+        route = parts[1:]
+        if not route:
+            return _get_json(method, self.server.metadata)
+        if route[0] == "health" and len(route) == 2 and route[1] in ("live", "ready"):
+            ok = self.server.live() if route[1] == "live" else self.server.ready()
+            _require(method, "GET")
+            return (200, b"", []) if ok else _error(_NOT_READY, f"server is not {route[1]}")
+        if route == ["repository", "index"]:
+            _require(method, "POST")
+            body = await read_body(scope, receive, self.max_body_bytes)
+            ready_only = bool(_json_object(body).get("ready", False)) if body else False
+            return _json(200, self.server.repository_index(ready_only))
+        if route == ["models", "stats"]:
+            return _get_json(method, self.server.statistics)
+        if route[0] == "models" and len(route) >= 2:
+            return await self._model_route(scope, receive, method, route[1], route[2:])
+        raise NotFoundError(f"no route for {scope['path']}")
+
+    async def _model_route(self, scope: Scope, receive: Receive, method: str, name: str, rest: list[str]) -> Reply:
+        version = ""
+        if len(rest) >= 2 and rest[0] == "versions":
+            version, rest = rest[1], rest[2:]
+        action = rest[0] if len(rest) == 1 else "" if not rest else None
+        if action == "":
+            return _get_json(method, lambda: self.server.model_metadata(name, version))
+        if action == "ready":
+            _require(method, "GET")
+            ready = self.server.model_ready(name, version)
+            return (200, b"", []) if ready else _error(_NOT_READY, f"model '{name}' is not ready")
+        if action == "config":
+            return _get_json(method, lambda: self.server.model_config(name, version))
+        if action == "stats":
+            return _get_json(method, lambda: self.server.statistics(name, version))
+        if action == "infer":
+            _require(method, "POST")
+            return await self._infer(scope, receive, name, version)
+        raise NotFoundError(f"no route for {scope['path']}")
+
+    async def _infer(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
+        self.server.model_version(name, version)  # 404/503 before reading a large body
+        body = await read_body(scope, receive, self.max_body_bytes)
+        header_length = _header_length(scope)
+        request = infer_codec.decode_request(body, header_length, name, version)
+        response = await self.server.infer(request)
+        payload, json_length = infer_codec.encode_response(response, request)
+        if json_length is None:
+            return 200, payload, [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
+        return 200, payload, [
+            (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
+            (b"inference-header-content-length", str(json_length).encode()),
+        ]
+
+
+def _header_length(scope: Scope) -> int | None:
+    for key, value in scope["headers"]:
+        if key == b"inference-header-content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                raise InvalidArgumentError("Inference-Header-Content-Length must be an integer") from None
+            if length < 0:
+                raise InvalidArgumentError("Inference-Header-Content-Length must be >= 0")
+            return length
+    return None
+
+
+def _require(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise InvalidArgumentError(f"method {method} is not allowed here; use {allowed}")
+
+
+def _get_json(method: str, produce: Callable[[], Any]) -> Reply:
+    _require(method, "GET")
+    return _json(200, produce())
+
+
+def _json(status: int, document: Any) -> Reply:
+    return status, orjson.dumps(document), [(b"content-type", b"application/json")]
+
+
+def _error(status: int, message: str) -> Reply:
+    return _json(status, {"error": message})
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgumentError("request body must be a JSON object")
+    return document
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,56 @@
+"""Reading a request body from ASGI, bounded in size, with gzip and deflate bodies inflated."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from conch.core.errors import InvalidArgumentError
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+async def read_body(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], limit: int) -> bytes:
+    """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise InvalidArgumentError(f"request body is larger than the {limit} byte limit")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    encoding = _content_encoding(scope)
+    if encoding in ("", "identity"):
+        return body
+    if encoding == "gzip":
+        return _inflate(body, _GZIP_WBITS, limit, "gzip")
+    if encoding == "deflate":
+        return _inflate(body, zlib.MAX_WBITS, limit, "deflate")
+    raise InvalidArgumentError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
+
+
+def _content_encoding(scope: dict[str, Any]) -> str:
+    for key, value in scope["headers"]:
+        if key == b"content-encoding":
+            return str(value.decode("latin-1").strip().lower())
+    return ""
+
+
+def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidArgumentError(f"request body is not valid {name} data: {exc}") from None
+    if len(data) > limit:
+        raise InvalidArgumentError(f"inflated request body is larger than the {limit} byte limit")
+    if not inflater.eof:
+        raise InvalidArgumentError(f"request body is truncated {name} data")
+    return data

@@ -1,0 +1,133 @@
+"""The V2 REST inference body: JSON with optional binary tensor data appended, both directions.
+
+With the binary extension, the header ``Inference-Header-Content-Length`` says how many leading bytes
+are JSON; each input with ``parameters.binary_data_size`` takes its bytes, in order, from the rest.
+Binary inputs are decoded as views over the request body, without a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from conch.core import codecs
+from conch.core.errors import InvalidArgumentError
+from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+JSON_CONTENT_TYPE = b"application/json"
+BINARY_CONTENT_TYPE = b"application/octet-stream"
+
+
+def decode_request(
+    body: bytes, header_length: int | None, model_name: str, model_version: str
+) -> InferenceRequest:
+    """Parse an infer request body; ``header_length`` is the binary extension header, if sent."""
+    view = memoryview(body)
+    if header_length is None:
+        header_length = len(body)
+    elif header_length > len(body):
+        raise InvalidArgumentError(
+            f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
+        )
+    document = _load_json(view[:header_length])
+    request = InferenceRequest(model_name=model_name, model_version=model_version)
+    request.id = _optional(document, "id", str, "")
+    request.parameters = _optional(document, "parameters", dict, {})
+    inputs = _optional(document, "inputs", list, None)
+    if inputs is None:
+        raise InvalidArgumentError("request has no 'inputs' list")
+    offset = header_length
+    for item in inputs:
+        tensor, offset = _decode_input(item, view, offset)
+        request.inputs.append(tensor)
+    if offset != len(body):
+        raise InvalidArgumentError(
+            f"binary_data_size of the inputs adds up to {offset - header_length} bytes but the body carries "
+            f"{len(body) - header_length} bytes after the JSON header"
+        )
+    for item in _optional(document, "outputs", list, []):
+        request.outputs.append(_decode_output(item))
+    return request
+
+
+def encode_response(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
+    """The response body and, when any output is binary, the JSON header's length."""
+    binary_by_name = {o.name: o.binary for o in request.outputs}
+    default_binary = bool(request.parameters.get("binary_data_output", False))
+    outputs = []
+    blobs: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        binary = binary_by_name.get(tensor.name)
+        if binary if binary is not None else default_binary:
+            blob = codecs.to_bytes(tensor.data)
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = codecs.to_json(tensor.data)
+        outputs.append(entry)
+    document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        document["id"] = response.id
+    document["outputs"] = outputs
+    header = orjson.dumps(document)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def _load_json(data: memoryview) -> dict[str, Any]:
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgumentError("request body must be a JSON object")
+    return document
+
+
+def _decode_input(item: Any, body: memoryview, offset: int) -> tuple[Tensor, int]:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgumentError("each entry of 'inputs' must be an object with a 'name'")
+    name = item["name"]
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidArgumentError(f"input '{name}' has no 'datatype'")
+    shape = codecs.check_shape(name, item.get("shape"))
+    parameters = item.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError(f"input '{name}': 'parameters' must be an object")
+    size = parameters.get("binary_data_size")
+    if size is None:
+        if "data" not in item:
+            raise InvalidArgumentError(f"input '{name}' has neither 'data' nor binary_data_size")
+        return Tensor(name, datatype, codecs.from_json(name, datatype, shape, item["data"])), offset
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidArgumentError(f"input '{name}': binary_data_size must be a non-negative integer")
+    if offset + size > len(body):
+        raise InvalidArgumentError(
+            f"input '{name}': binary_data_size {size} goes past the end of the body "
+            f"({len(body) - offset} bytes left)"
+        )
+    data = codecs.from_bytes(name, datatype, shape, body[offset : offset + size])
+    return Tensor(name, datatype, data), offset + size
+
+
+def _decode_output(item: Any) -> RequestedOutput:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgumentError("each entry of 'outputs' must be an object with a 'name'")
+    parameters = item.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError(f"output '{item['name']}': 'parameters' must be an object")
+    if "classification" in parameters:
+        raise InvalidArgumentError("the classification extension is not supported")
+    binary = parameters.get("binary_data")
+    return RequestedOutput(item["name"], None if binary is None else bool(binary))
+
+
+def _optional(document: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = document.get(key, default)
+    if value is not default and not isinstance(value, kind):
+        raise InvalidArgumentError(f"'{key}' must be a {kind.__name__} in the request body")
+    return value

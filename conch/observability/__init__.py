@@ -1,0 +1,1 @@
+"""Observability beside the request path: statistics, metrics and logs. Layers report, this formats."""

@@ -1,0 +1,94 @@
+"""Prometheus metrics under Triton's names, read from the statistics at scrape time.
+
+A collector turns :class:`ModelStatistics` into ``nv_inference_*`` families when Prometheus scrapes,
+so serving a request updates plain integers and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from conch.observability.statistics import Duration, ModelStatistics
+
+_LABELS = ["model", "version"]
+_DURATIONS: list[tuple[str, str, Callable[[ModelStatistics], Duration]]] = [
+    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds", lambda s: s.success),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds", lambda s: s.queue),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds",
+        lambda s: s.compute_input,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds",
+        lambda s: s.compute_infer,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds",
+        lambda s: s.compute_output,
+    ),
+]
+
+
+class TritonCounter(Metric):
+    """A cumulative count exposed under Triton's bare name.
+
+    prometheus_client renames every ``counter`` to ``<name>_total`` in the text format, which would
+    break dashboards written for Triton, so these are exposed untyped; ``rate()`` works the same.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, "unknown")
+        self.name = name
+        self._label_names = labels
+
+    def add_metric(self, labels: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._label_names, labels, strict=True)), value)
+
+
+class InferenceStatisticsCollector(Collector):
+    """Exposes every model version's statistics as Triton's counters."""
+
+    def __init__(self, statistics: Callable[[], Iterable[ModelStatistics]]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        success = TritonCounter(
+            "nv_inference_request_success", "Number of successful inference requests", labels=_LABELS
+        )
+        failure = TritonCounter(
+            "nv_inference_request_failure", "Number of failed inference requests", labels=[*_LABELS, "reason"]
+        )
+        count = TritonCounter("nv_inference_count", "Number of inferences performed", labels=_LABELS)
+        executions = TritonCounter(
+            "nv_inference_exec_count", "Number of model executions performed", labels=_LABELS
+        )
+        durations = [TritonCounter(name, doc, labels=_LABELS) for name, doc, _ in _DURATIONS]
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count", "Instantaneous number of pending requests", labels=_LABELS
+        )
+        for stats in self._statistics():
+            labels = [stats.name, stats.version]
+            success.add_metric(labels, stats.success.count)
+            for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
+                failure.add_metric([*labels, reason], stats.failures_by_reason.get(reason, 0))
+            count.add_metric(labels, stats.inference_count)
+            executions.add_metric(labels, stats.execution_count)
+            for family, (_, _, pick) in zip(durations, _DURATIONS, strict=True):
+                family.add_metric(labels, pick(stats).ns // 1000)
+            pending.add_metric(labels, stats.pending)
+        yield from (success, failure, count, executions, *durations, pending)
+
+
+def create_registry(statistics: Callable[[], Iterable[ModelStatistics]]) -> CollectorRegistry:
+    """A registry with the inference collector and the process's own CPU and memory."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(InferenceStatisticsCollector(statistics))
+    ProcessCollector(registry=registry)
+    return registry

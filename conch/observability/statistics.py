@@ -1,0 +1,114 @@
+"""Per model-version inference statistics in the shape of Triton's statistics extension.
+
+Counters are plain integers updated on the event loop thread, so recording costs a few additions;
+the Prometheus collector reads the same objects at scrape time instead of keeping its own copies.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from conch.core.types import ExecutionTiming
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a total in nanoseconds, as Triton's ``StatisticDuration``."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStatistics:
+    """Compute times of executions that ran a batch of one size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStatistics:
+    """Everything Triton reports for one model version."""
+
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchStatistics] = field(default_factory=dict)
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    pending: int = 0
+
+    def record_execution(self, batch_size: int, requests: int, timing: ExecutionTiming) -> None:
+        """One model execution that served ``requests`` requests totalling ``batch_size`` rows."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = BatchStatistics()
+        for total, per_batch, ns in (
+            (self.compute_input, batch.compute_input, timing.compute_input_ns),
+            (self.compute_infer, batch.compute_infer, timing.compute_infer_ns),
+            (self.compute_output, batch.compute_output, timing.compute_output_ns),
+        ):
+            total.add(ns, requests)
+            per_batch.add(ns)
+
+    def record_success(self, request_ns: int, queue_ns: int) -> None:
+        """One request answered, ``request_ns`` end to end of which ``queue_ns`` waiting."""
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, request_ns: int, reason: str) -> None:
+        """One request that failed; ``reason`` is Triton's label (REJECTED, BACKEND, OTHER...)."""
+        self.fail.add(request_ns)
+        self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def to_json(self) -> dict[str, Any]:
+        """Triton's ``ModelStatistics`` JSON object."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.to_json(),
+                "fail": self.fail.to_json(),
+                "queue": self.queue.to_json(),
+                "compute_input": self.compute_input.to_json(),
+                "compute_infer": self.compute_infer.to_json(),
+                "compute_output": self.compute_output.to_json(),
+                "cache_hit": Duration().to_json(),
+                "cache_miss": Duration().to_json(),
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

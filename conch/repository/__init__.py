@@ -1,0 +1,1 @@
+"""The model repository: finding models, parsing and completing their configs, loading versions."""

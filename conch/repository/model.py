@@ -1,0 +1,82 @@
+"""A model and its versions as the server sees them: config, state, instances and statistics."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from conch.observability.statistics import ModelStatistics
+from conch.scheduling.instance_pool import InstancePool
+
+
+class ModelState(enum.Enum):
+    """Triton's model states, as the repository index reports them."""
+
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+
+
+@dataclass
+class ModelVersion:
+    """One served version. ``pool`` is None unless the version is READY."""
+
+    name: str
+    version: int
+    config: mc.ModelConfig
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+    pool: InstancePool | None = None
+    statistics: ModelStatistics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.statistics = ModelStatistics(self.name, str(self.version))
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+
+@dataclass
+class Model:
+    """A folder of the repository. A model whose config failed has no versions and a ``reason``."""
+
+    name: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def ready_versions(self) -> list[ModelVersion]:
+        return [v for _, v in sorted(self.versions.items()) if v.ready]
+
+    @property
+    def state(self) -> ModelState:
+        return ModelState.READY if self.ready_versions else ModelState.UNAVAILABLE
+
+    def version(self, version: str) -> ModelVersion:
+        """The version named ``version`` (any state), or the newest ready one when it is empty."""
+        if not version:
+            ready = self.ready_versions
+            if not ready:
+                raise UnavailableError(f"model '{self.name}' has no ready version{self._why()}")
+            return ready[-1]
+        if not version.isdigit():
+            raise InvalidArgumentError(f"model version '{version}' is not a number")
+        found = self.versions.get(int(version))
+        if found is None:
+            raise NotFoundError(f"model '{self.name}' has no version {version}")
+        return found
+
+    def ready_version(self, version: str) -> ModelVersion:
+        """Like :meth:`version`, but a version that is not READY is a 503 saying why."""
+        found = self.version(version)
+        if not found.ready:
+            reason = f": {found.reason}" if found.reason else ""
+            raise UnavailableError(f"model '{self.name}' version {found.version} is not ready{reason}")
+        return found
+
+    def _why(self) -> str:
+        return f": {self.reason}" if self.reason else ""

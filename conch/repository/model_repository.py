@@ -1,0 +1,134 @@
+"""Finds the models of a Triton-style repository and loads each served version.
+
+A model that fails (unparsable config, wrong name, a file that is not ONNX, a config that disagrees
+with the graph) is kept as UNAVAILABLE with its reason; it never stops the others from loading.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.backends import onnxruntime as ort_backend
+from conch.core.errors import ConchError, NotFoundError
+from conch.repository import autocomplete, config_validation
+from conch.repository.config import fields_set_in_text, parse_config
+from conch.repository.model import Model, ModelState, ModelVersion
+from conch.repository.version_policy import select_versions, version_folders
+from conch.scheduling.instance_pool import InstancePool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RepositoryOptions:
+    """Server-wide settings that shape how models are completed."""
+
+    default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE
+
+
+class ModelRepository:
+    """The models under one repository folder, by name."""
+
+    def __init__(self, root: Path, options: RepositoryOptions | None = None) -> None:
+        self.root = root
+        self.options = options or RepositoryOptions()
+        self.models: dict[str, Model] = {}
+
+    def load_all(self) -> None:
+        """Load every model folder; failures are recorded on the model, not raised."""
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            log.info("loading model '%s'", folder.name)
+            self.models[folder.name] = self._load_model(folder)
+
+    def model(self, name: str) -> Model:
+        """The model called ``name``, or a 404."""
+        found = self.models.get(name)
+        if found is None:
+            raise NotFoundError(f"unknown model '{name}'")
+        return found
+
+    @property
+    def all_ready(self) -> bool:
+        """Every model has at least one version and every served version is READY (strict readiness)."""
+        return all(m.versions and all(v.ready for v in m.versions.values()) for m in self.models.values())
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: one entry per version, or per model when it has none."""
+        entries: list[dict[str, Any]] = []
+        for name, model in sorted(self.models.items()):
+            if not model.versions and not ready_only:
+                entries.append({"name": name, "version": "", "state": "UNAVAILABLE", "reason": model.reason})
+            for number, version in sorted(model.versions.items()):
+                if ready_only and not version.ready:
+                    continue
+                entries.append(
+                    {"name": name, "version": str(number), "state": version.state.value, "reason": version.reason}
+                )
+        return entries
+
+    def close(self) -> None:
+        """Release every instance's worker threads."""
+        for model in self.models.values():
+            for version in model.versions.values():
+                if version.pool is not None:
+                    version.pool.close()
+
+    def _load_model(self, folder: Path) -> Model:
+        model = Model(folder.name)
+        try:
+            config, fields = self._read_config(folder)
+            autocomplete.complete_defaults(config, folder.name)
+            config_validation.check_identity(config, folder.name)
+        except ConchError as exc:
+            model.reason = exc.message
+            log.error("model '%s' is UNAVAILABLE: %s", folder.name, exc.message)
+            return model
+        numbers = select_versions(config.version_policy, version_folders(folder))
+        if not numbers:
+            model.reason = "no version folder matches the version policy"
+            log.error("model '%s' is UNAVAILABLE: %s", folder.name, model.reason)
+        for number in numbers:
+            model.versions[number] = self._load_version(folder, number, config, fields)
+        return model
+
+    @staticmethod
+    def _read_config(folder: Path) -> tuple[mc.ModelConfig, set[str]]:
+        path = folder / "config.pbtxt"
+        if not path.exists():
+            return mc.ModelConfig(), set()
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return parse_config(text), fields_set_in_text(text)
+
+    def _load_version(self, folder: Path, number: int, base: mc.ModelConfig, fields: set[str]) -> ModelVersion:
+        config = mc.ModelConfig()
+        config.CopyFrom(base)
+        version = ModelVersion(folder.name, number, config)
+        model_file = folder / str(number) / config.default_model_filename
+        try:
+            if not model_file.is_file():
+                raise NotFoundError(f"version {number} has no {config.default_model_filename}")
+            session = ort_backend.open_session(model_file, config)
+            signature = ort_backend.read_signature(session)
+            autocomplete.complete_from_signature(config, signature, fields, self.options.default_max_batch_size)
+            config_validation.check_against_signature(config, signature)
+            sessions = [session] + [
+                ort_backend.open_session(model_file, config) for _ in range(_instance_count(config) - 1)
+            ]
+        except ConchError as exc:
+            version.reason = exc.message
+            log.error("model '%s' version %d is UNAVAILABLE: %s", folder.name, number, exc.message)
+            return version
+        instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
+        version.pool = InstancePool(list(instances), f"{folder.name}-{number}")
+        version.state = ModelState.READY
+        log.info("model '%s' version %d is READY (%d instance(s))", folder.name, number, len(instances))
+        return version
+
+
+def _instance_count(config: mc.ModelConfig) -> int:
+    return sum(group.count for group in config.instance_group) or 1

@@ -1,0 +1,29 @@
+"""Which version folders of a model are served: Triton's ``version_policy`` (latest, all, specific)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+
+def version_folders(model_dir: Path) -> list[int]:
+    """Numeric version folders, ascending; names that are not numbers or start with 0 are ignored."""
+    versions = []
+    for entry in model_dir.iterdir():
+        name = entry.name
+        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
+            versions.append(int(name))
+    return sorted(versions)
+
+
+def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list[int]:
+    """The versions ``policy`` serves out of ``available``; the default policy is ``latest { 1 }``."""
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return sorted(available)
+    if which == "specific":
+        wanted = set(policy.specific.versions)
+        return sorted(v for v in available if v in wanted)
+    count = policy.latest.num_versions if which == "latest" and policy.latest.num_versions > 0 else 1
+    return sorted(available)[-count:]

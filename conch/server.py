@@ -1,0 +1,141 @@
+"""The in-process server API that every frontend translates to: health, metadata, infer, statistics.
+
+Frontends decode their wire format into :mod:`conch.core.types`, call one method here, and encode the
+result. Nothing in this module knows HTTP, JSON or protobuf.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from conch import __version__
+from conch.core import datatypes
+from conch.core.errors import ConchError, InternalError
+from conch.core.request_validation import validate_request
+from conch.core.types import InferenceRequest, InferenceResponse, Tensor
+from conch.observability.statistics import ModelStatistics
+from conch.repository.config import config_to_json
+from conch.repository.model import ModelVersion
+from conch.repository.model_repository import ModelRepository
+
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Server-wide behaviour. ``strict_readiness`` is Triton's: ready only when every model is."""
+
+    strict_readiness: bool = True
+
+
+class InferenceServer:
+    """One repository served: the operations of the KServe V2 protocol and Triton's extensions."""
+
+    name = "conch"
+
+    def __init__(self, repository: ModelRepository, options: ServerOptions | None = None) -> None:
+        self.repository = repository
+        self.options = options or ServerOptions()
+        self.started = False
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Started, and (with strict readiness) every model of the repository READY."""
+        return self.started and (not self.options.strict_readiness or self.repository.all_ready)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "version": __version__, "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether the version (or, with no version, any version) is READY; unknown names are a 404."""
+        model = self.repository.model(name)
+        if not version:
+            return bool(model.ready_versions)
+        return model.version(version).ready
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """Name, ready versions, platform and tensors, with -1 for the batch dimension."""
+        model = self.repository.model(name)
+        served = model.ready_version(version)
+        config = served.config
+        batch = [-1] if config.max_batch_size > 0 else []
+        versions = [str(v.version) for v in model.ready_versions] if not version else [str(served.version)]
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": config.platform or config.backend,
+            "inputs": [_tensor_metadata(e, batch) for e in config.input],
+            "outputs": [_tensor_metadata(e, batch) for e in config.output],
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        """The completed config of a version (the newest ready one by default), as Triton's JSON."""
+        return config_to_json(self.model_version(name, version).config)
+
+    def model_version(self, name: str, version: str = "") -> ModelVersion:
+        """The ready version a request for ``name``/``version`` goes to."""
+        return self.repository.model(name).ready_version(version)
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics JSON for one model (and version) or, with no name, all of them."""
+        if name:
+            model = self.repository.model(name)
+            versions = [model.version(version)] if version else [model.versions[n] for n in sorted(model.versions)]
+        else:
+            versions = [
+                v for _, m in sorted(self.repository.models.items()) for _, v in sorted(m.versions.items())
+            ]
+        return {"model_stats": [v.statistics.to_json() for v in versions if v.ready]}
+
+    def all_statistics(self) -> list[ModelStatistics]:
+        """Statistics objects of every loaded version, for the metrics collector."""
+        return [v.statistics for m in self.repository.models.values() for v in m.versions.values() if v.ready]
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return self.repository.index(ready_only)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Validate, run on an instance, and record statistics; errors keep their V2 kind."""
+        started = time.perf_counter_ns()
+        served = self.model_version(request.model_name, request.model_version)
+        stats = served.statistics
+        stats.pending += 1
+        try:
+            inputs, output_names = validate_request(request, served.config)
+            assert served.pool is not None
+            outputs, timing, queue_ns = await served.pool.execute(inputs, output_names)
+        except ConchError as exc:
+            stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
+            raise
+        except Exception as exc:
+            stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
+            raise InternalError(f"model '{request.model_name}' failed: {type(exc).__name__}") from exc
+        finally:
+            stats.pending -= 1
+        stats.record_execution(request.batch_size(served.config.max_batch_size > 0), 1, timing)
+        stats.record_success(time.perf_counter_ns() - started, queue_ns)
+        return InferenceResponse(
+            model_name=request.model_name,
+            model_version=str(served.version),
+            id=request.id,
+            outputs=[Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names],
+        )
+
+
+def _tensor_metadata(entry: Any, batch: list[int]) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "datatype": datatypes.from_config_type(entry.data_type).name,
+        "shape": batch + list(entry.dims),
+    }
+
+
+def _failure_reason(exc: ConchError) -> str:
+    # Triton's nv_inference_request_failure reasons: REJECTED, CANCELED, BACKEND, OTHER.
+    if exc.kind.http_status in (400, 404):
+        return "REJECTED"
+    return "BACKEND" if exc.kind.http_status == 500 else "OTHER"

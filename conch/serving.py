@@ -1,0 +1,120 @@
+"""Runs a repository behind the HTTP, gRPC and metrics ports on one uvloop event loop.
+
+One loop serves all three: requests hop to a worker thread only for the model's own computation, so
+there is no per-request process or thread hand-off in the frontends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import uvicorn
+import uvloop
+from prometheus_client import make_asgi_app
+
+from conch.frontends.grpc.servicer import create_grpc_server
+from conch.frontends.http.app import HttpFrontend
+from conch.observability.metrics import create_registry
+from conch.repository.model_repository import ModelRepository, RepositoryOptions
+from conch.server import InferenceServer, ServerOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything ``conch serve`` takes, from flags or ``CONCH_*`` variables."""
+
+    repository: Path
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    strict_readiness: bool = True
+    default_max_batch_size: int = 4
+
+
+def embedded_repository() -> Path:
+    """The example repository shipped inside the package (``examples/model_repository`` in the source)."""
+    try:
+        return Path(str(resources.files("conch.examples") / "model_repository"))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "examples" / "model_repository"
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: :func:`serve` stops all three servers together."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def model_table(repository: ModelRepository) -> str:
+    """The start-up table of models, versions and states, as Triton prints it."""
+    rows = [("Model", "Version", "Status")]
+    for entry in repository.index():
+        status = entry["state"] + (f": {entry['reason']}" if entry["reason"] else "")
+        rows.append((entry["name"], entry["version"] or "-", status))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    body = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    return "\n".join([line, body[0], line, *body[1:], line])
+
+
+async def serve(settings: ServeSettings) -> None:
+    """Load the repository, serve until SIGINT or SIGTERM, then stop cleanly."""
+    repository = ModelRepository(
+        settings.repository, RepositoryOptions(default_max_batch_size=settings.default_max_batch_size)
+    )
+    repository.load_all()
+    print(model_table(repository), flush=True)
+    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
+    http = _Uvicorn(_uvicorn_config(HttpFrontend(server), settings.host, settings.http_port))
+    metrics_app = make_asgi_app(create_registry(server.all_statistics))
+    metrics = _Uvicorn(_uvicorn_config(metrics_app, settings.host, settings.metrics_port))
+    grpc_server = create_grpc_server(server, f"{settings.host}:{settings.grpc_port}")
+    await grpc_server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    tasks = [asyncio.create_task(http.serve()), asyncio.create_task(metrics.serve())]
+    while not (http.started and metrics.started):
+        if any(t.done() for t in tasks):
+            break
+        await asyncio.sleep(0.01)
+    server.started = True
+    log.info(
+        "serving: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
+        settings.host, settings.http_port, settings.host, settings.grpc_port, settings.host, settings.metrics_port,
+    )
+    done_task = asyncio.create_task(stopping.wait())
+    await asyncio.wait([done_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    log.info("stopping")
+    server.started = False
+    http.should_exit = metrics.should_exit = True
+    await grpc_server.stop(grace=5)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    done_task.cancel()
+    repository.close()
+    log.info("stopped")
+
+
+def run(settings: ServeSettings) -> None:
+    """Serve on a fresh uvloop event loop."""
+    uvloop.run(serve(settings))
+
+
+def _uvicorn_config(app: object, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, host=host, port=port, loop="none", http="httptools", lifespan="off",
+        access_log=False, log_level="warning",
+    )
