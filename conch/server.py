@@ -84,7 +84,9 @@ class InferenceServer:
         """Triton's statistics JSON for one model (and version) or, with no name, all of them."""
         if name:
             model = self.repository.model(name)
-            versions = [model.version(version)] if version else [model.versions[n] for n in sorted(model.versions)]
+            versions = (
+                [model.version(version)] if version else [model.versions[n] for n in sorted(model.versions)]
+            )
         else:
             versions = [
                 v for _, m in sorted(self.repository.models.items()) for _, v in sorted(m.versions.items())
@@ -122,7 +124,9 @@ class InferenceServer:
             model_name=request.model_name,
             model_version=str(served.version),
             id=request.id,
-            outputs=[Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names],
+            outputs=[
+                Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names
+            ],
         )
 
 

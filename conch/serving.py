@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 import uvloop
@@ -65,7 +66,9 @@ def model_table(repository: ModelRepository) -> str:
         rows.append((entry["name"], entry["version"] or "-", status))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    body = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    body = [
+        "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows
+    ]
     return "\n".join([line, body[0], line, *body[1:], line])
 
 
@@ -94,7 +97,12 @@ async def serve(settings: ServeSettings) -> None:
     server.started = True
     log.info(
         "serving: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
-        settings.host, settings.http_port, settings.host, settings.grpc_port, settings.host, settings.metrics_port,
+        settings.host,
+        settings.http_port,
+        settings.host,
+        settings.grpc_port,
+        settings.host,
+        settings.metrics_port,
     )
     done_task = asyncio.create_task(stopping.wait())
     await asyncio.wait([done_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -113,8 +121,14 @@ def run(settings: ServeSettings) -> None:
     uvloop.run(serve(settings))
 
 
-def _uvicorn_config(app: object, host: str, port: int) -> uvicorn.Config:
+def _uvicorn_config(app: Any, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=host, port=port, loop="none", http="httptools", lifespan="off",
-        access_log=False, log_level="warning",
+        app,
+        host=host,
+        port=port,
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
     )

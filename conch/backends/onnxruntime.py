@@ -57,16 +57,22 @@ SESSION_PARAMETERS = (
 
 def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     """ONNX Runtime session options from the config's ``parameters`` and ``optimization``."""
-    params = {key: config.parameters[key].string_value for key in SESSION_PARAMETERS if key in config.parameters}
+    params = {
+        key: config.parameters[key].string_value for key in SESSION_PARAMETERS if key in config.parameters
+    }
     options = ort.SessionOptions()
     instances = sum(group.count for group in config.instance_group) or 1
-    options.intra_op_num_threads = _int_param(params, "intra_op_thread_count", max(1, (os.cpu_count() or 1) // instances))
+    options.intra_op_num_threads = _int_param(
+        params, "intra_op_thread_count", max(1, (os.cpu_count() or 1) // instances)
+    )
     options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 0)
     if _int_param(params, "execution_mode", 0) == 1:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     options.enable_cpu_mem_arena = bool(_int_param(params, "enable_mem_arena", 1))
     options.enable_mem_pattern = bool(_int_param(params, "enable_mem_pattern", 1))
-    options.add_session_config_entry("session.intra_op.allow_spinning", str(_int_param(params, "allow_spinning", 1)))
+    options.add_session_config_entry(
+        "session.intra_op.allow_spinning", str(_int_param(params, "allow_spinning", 1))
+    )
     level = config.optimization.graph.level
     options.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     options.log_severity_level = 3
@@ -133,7 +139,9 @@ class OnnxRuntimeInstance:
         except (ort_state.Fail, ort_state.RuntimeException) as exc:
             raise InternalError(f"the model failed while running: {exc}") from None
         done = time.perf_counter_ns()
-        outputs = {name: self._to_wire(name, array) for name, array in zip(output_names, results, strict=True)}
+        outputs = {
+            name: self._to_wire(name, array) for name, array in zip(output_names, results, strict=True)
+        }
         timing.compute_input_ns = ran - start
         timing.compute_infer_ns = done - ran
         timing.compute_output_ns = time.perf_counter_ns() - done

@@ -29,21 +29,31 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
     serve.add_argument(
-        "repository", nargs="?", default=_env("REPOSITORY", ""),
+        "repository",
+        nargs="?",
+        default=_env("REPOSITORY", ""),
         help="model repository folder (CONCH_REPOSITORY); default: the bundled example repository",
     )
     serve.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="address to bind (CONCH_HOST)")
-    serve.add_argument("--http-port", type=int, default=int(_env("HTTP_PORT", "8000")), help="(CONCH_HTTP_PORT)")
-    serve.add_argument("--grpc-port", type=int, default=int(_env("GRPC_PORT", "8001")), help="(CONCH_GRPC_PORT)")
+    serve.add_argument(
+        "--http-port", type=int, default=int(_env("HTTP_PORT", "8000")), help="(CONCH_HTTP_PORT)"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, default=int(_env("GRPC_PORT", "8001")), help="(CONCH_GRPC_PORT)"
+    )
     serve.add_argument(
         "--metrics-port", type=int, default=int(_env("METRICS_PORT", "8002")), help="(CONCH_METRICS_PORT)"
     )
     serve.add_argument(
-        "--strict-readiness", type=_bool, default=_bool(_env("STRICT_READINESS", "true")),
+        "--strict-readiness",
+        type=_bool,
+        default=_bool(_env("STRICT_READINESS", "true")),
         help="ready only when every model is READY, as Triton (CONCH_STRICT_READINESS, default true)",
     )
     serve.add_argument(
-        "--default-max-batch-size", type=int, default=int(_env("DEFAULT_MAX_BATCH_SIZE", "4")),
+        "--default-max-batch-size",
+        type=int,
+        default=int(_env("DEFAULT_MAX_BATCH_SIZE", "4")),
         help="max_batch_size given to auto-completed batching models (CONCH_DEFAULT_MAX_BATCH_SIZE)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
@@ -53,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     from conch import serving
 
@@ -63,8 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     serving.run(
         serving.ServeSettings(
-            repository=repository, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-            metrics_port=args.metrics_port, strict_readiness=args.strict_readiness,
+            repository=repository,
+            host=args.host,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
+            strict_readiness=args.strict_readiness,
             default_max_batch_size=args.default_max_batch_size,
         )
     )

@@ -49,7 +49,9 @@ def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np
                 raise InvalidArgumentError(f"input '{name}': BOOL data must be true or false")
             array = np.asarray(data, dtype=dtype.numpy)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidArgumentError(f"input '{name}': data does not match datatype {datatype}: {exc}") from None
+        raise InvalidArgumentError(
+            f"input '{name}': data does not match datatype {datatype}: {exc}"
+        ) from None
     expected = element_count(shape)
     if array.size != expected:
         raise InvalidArgumentError(
@@ -83,10 +85,12 @@ def to_bytes(array: np.ndarray) -> bytes | memoryview:
     """Raw bytes of an array: a memoryview for fixed-size types, length-prefixed elements for BYTES."""
     if array.dtype == object or array.dtype.kind in ("U", "S"):
         return b"".join(_LENGTH.pack(len(b)) + b for b in (_to_bytes("", v) for v in array.ravel().tolist()))
-    return memoryview(np.ascontiguousarray(array)).cast("B")
+    return memoryview(np.ascontiguousarray(array)).cast("B")  # type: ignore[arg-type]
 
 
-def _deserialize_bytes(name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes) -> np.ndarray:
+def _deserialize_bytes(
+    name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes
+) -> np.ndarray:
     view = memoryview(buffer)
     elements: list[bytes] = []
     offset = 0

@@ -16,7 +16,9 @@ from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest
 
 
-def validate_request(request: InferenceRequest, config: mc.ModelConfig) -> tuple[dict[str, np.ndarray], list[str]]:
+def validate_request(
+    request: InferenceRequest, config: mc.ModelConfig
+) -> tuple[dict[str, np.ndarray], list[str]]:
     """The request's inputs by name and the output names to compute, once they fit ``config``."""
     model = config.name
     expected = {entry.name: entry for entry in config.input}
@@ -71,7 +73,9 @@ def _check_shapes(inputs: dict[str, np.ndarray], config: mc.ModelConfig) -> None
                 f"input '{entry.name}' has shape {list(array.shape)} but model '{config.name}' expects {full}"
             )
     if len(batch_sizes) > 1:
-        raise InvalidArgumentError(f"inputs of one request must share one batch size, got {sorted(batch_sizes)}")
+        raise InvalidArgumentError(
+            f"inputs of one request must share one batch size, got {sorted(batch_sizes)}"
+        )
 
 
 def _dims_match(shape: Sequence[int], dims: Sequence[int]) -> bool:
@@ -86,7 +90,8 @@ def _output_names(request: InferenceRequest, config: mc.ModelConfig) -> list[str
     for output in request.outputs:
         if output.name not in known:
             raise InvalidArgumentError(
-                f"unexpected inference output '{output.name}' for model '{config.name}'; its outputs are {known}"
+                f"unexpected inference output '{output.name}' for model '{config.name}'; "
+                f"its outputs are {known}"
             )
         names.append(output.name)
     return names

@@ -16,8 +16,16 @@ from conch.observability.statistics import Duration, ModelStatistics
 
 _LABELS = ["model", "version"]
 _DURATIONS: list[tuple[str, str, Callable[[ModelStatistics], Duration]]] = [
-    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds", lambda s: s.success),
-    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds", lambda s: s.queue),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds",
+        lambda s: s.success,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds",
+        lambda s: s.queue,
+    ),
     (
         "nv_inference_compute_input_duration_us",
         "Cumulative compute input duration in microseconds",

@@ -22,9 +22,7 @@ log = logging.getLogger(__name__)
 def check_identity(config: mc.ModelConfig, folder_name: str) -> None:
     """The config's name must be its folder's, and the platform one conch can run."""
     if config.name != folder_name:
-        raise InvalidArgumentError(
-            f"config name '{config.name}' does not match its folder '{folder_name}'"
-        )
+        raise InvalidArgumentError(f"config name '{config.name}' does not match its folder '{folder_name}'")
     if not is_dns_safe(folder_name):
         log.warning(
             "model name '%s' is not DNS-safe (lower case letters, digits and '-', at most 63): "
@@ -80,9 +78,7 @@ def _check_tensor(
             f"max_batch_size > 0 needs a dynamic first dimension, but model {role} '{entry.name}' "
             f"has shape {actual}"
         )
-    if len(expected) != len(actual) or any(
-        g != -1 and c != g for c, g in zip(expected, actual, strict=True)
-    ):
+    if len(expected) != len(actual) or any(g != -1 and c != g for c, g in zip(expected, actual, strict=True)):
         where = "reshape" if entry.HasField("reshape") else "dims"
         raise InvalidArgumentError(
             f"config {role} '{entry.name}' {where} {model_dims} (full shape {expected}) do not match "

@@ -67,7 +67,12 @@ class ModelRepository:
                 if ready_only and not version.ready:
                     continue
                 entries.append(
-                    {"name": name, "version": str(number), "state": version.state.value, "reason": version.reason}
+                    {
+                        "name": name,
+                        "version": str(number),
+                        "state": version.state.value,
+                        "reason": version.reason,
+                    }
                 )
         return entries
 
@@ -104,7 +109,9 @@ class ModelRepository:
         text = path.read_text(encoding="utf-8", errors="replace")
         return parse_config(text), fields_set_in_text(text)
 
-    def _load_version(self, folder: Path, number: int, base: mc.ModelConfig, fields: set[str]) -> ModelVersion:
+    def _load_version(
+        self, folder: Path, number: int, base: mc.ModelConfig, fields: set[str]
+    ) -> ModelVersion:
         config = mc.ModelConfig()
         config.CopyFrom(base)
         version = ModelVersion(folder.name, number, config)
@@ -114,7 +121,9 @@ class ModelRepository:
                 raise NotFoundError(f"version {number} has no {config.default_model_filename}")
             session = ort_backend.open_session(model_file, config)
             signature = ort_backend.read_signature(session)
-            autocomplete.complete_from_signature(config, signature, fields, self.options.default_max_batch_size)
+            autocomplete.complete_from_signature(
+                config, signature, fields, self.options.default_max_batch_size
+            )
             config_validation.check_against_signature(config, signature)
             sessions = [session] + [
                 ort_backend.open_session(model_file, config) for _ in range(_instance_count(config) - 1)

@@ -48,7 +48,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         ready = await _call(context, lambda: self.server.model_ready(request.name, request.version))
         return pb.ModelReadyResponse(ready=ready)
 
-    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(**self.server.metadata())
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
@@ -69,7 +71,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryIndexRequest, context: Any
     ) -> pb.RepositoryIndexResponse:
         entries = self.server.repository_index(request.ready)
-        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries])
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries]
+        )
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
@@ -138,5 +142,3 @@ def create_grpc_server(server: InferenceServer, address: str) -> grpc.aio.Server
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)
     grpc_server.add_insecure_port(address)
     return grpc_server
-
-

@@ -74,7 +74,9 @@ class HttpFrontend:
             return await self._model_route(scope, receive, method, route[1], route[2:])
         raise NotFoundError(f"no route for {scope['path']}")
 
-    async def _model_route(self, scope: Scope, receive: Receive, method: str, name: str, rest: list[str]) -> Reply:
+    async def _model_route(
+        self, scope: Scope, receive: Receive, method: str, name: str, rest: list[str]
+    ) -> Reply:
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
@@ -103,10 +105,14 @@ class HttpFrontend:
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
             return 200, payload, [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
-        return 200, payload, [
-            (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
-            (b"inference-header-content-length", str(json_length).encode()),
-        ]
+        return (
+            200,
+            payload,
+            [
+                (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
+                (b"inference-header-content-length", str(json_length).encode()),
+            ],
+        )
 
 
 def _header_length(scope: Scope) -> int | None:

@@ -11,7 +11,9 @@ from conch.core.errors import InvalidArgumentError
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
-async def read_body(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], limit: int) -> bytes:
+async def read_body(
+    scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], limit: int
+) -> bytes:
     """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400."""
     chunks: list[bytes] = []
     size = 0

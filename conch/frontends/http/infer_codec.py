@@ -58,7 +58,11 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     outputs = []
     blobs: list[bytes | memoryview] = []
     for tensor in response.outputs:
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
         binary = binary_by_name.get(tensor.name)
         if binary if binary is not None else default_binary:
             blob = codecs.to_bytes(tensor.data)

@@ -1,0 +1,101 @@
+"""Starts ``conch serve`` as a real subprocess on free loopback ports, as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A running ``conch serve``; ``http_url`` and ``grpc_url`` are what tritonclient takes."""
+
+    repository: Path | None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[str] | None = None
+    log_path: Path | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def start(self, log_dir: Path, timeout: float = 60.0) -> ServerProcess:
+        """Start the server and wait until its HTTP port answers ``/v2/health/live``."""
+        command = [sys.executable, "-m", "conch.cli.main", "serve"]
+        if self.repository is not None:
+            command.append(str(self.repository))
+        command += [
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            *self.args,
+        ]
+        self.log_path = log_dir / f"conch-{self.http_port}.log"
+        log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ, **self.env}
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"conch serve exited with {self.process.returncode}:\n{self.log()}")
+            if self._live():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"conch serve did not become live in {timeout}s:\n{self.log()}")
+
+    def _live(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as reply:
+                return bool(reply.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Signal the server and wait for it to exit; returns its exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)
