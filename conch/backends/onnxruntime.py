@@ -45,6 +45,16 @@ _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
 }
+# An empty file or a protobuf without a graph is InvalidArgument; an unknown op can be NotImplemented.
+_LOAD_ERRORS = (
+    ort_state.Fail,
+    ort_state.InvalidArgument,
+    ort_state.InvalidGraph,
+    ort_state.InvalidProtobuf,
+    ort_state.NoSuchFile,
+    ort_state.NotImplemented,
+    ort_state.RuntimeException,
+)
 SESSION_PARAMETERS = (
     "intra_op_thread_count",
     "inter_op_thread_count",
@@ -94,8 +104,8 @@ def open_session(model_file: Path, config: mc.ModelConfig) -> ort.InferenceSessi
         return ort.InferenceSession(
             str(model_file), sess_options=session_options(config), providers=["CPUExecutionProvider"]
         )
-    except (ort_state.Fail, ort_state.InvalidGraph, ort_state.InvalidProtobuf, ort_state.NoSuchFile) as exc:
-        reason = str(exc).replace(str(model_file), model_file.name)
+    except _LOAD_ERRORS as exc:
+        reason = str(exc).replace(str(model_file.parent) + os.sep, "")
         raise InvalidArgumentError(f"{model_file.name} is not a loadable ONNX model: {reason}") from None
 
 

@@ -43,15 +43,21 @@ def fields_set_in_text(text: str) -> set[str]:
 
 def _scalar_keys(text: str) -> set[str]:
     # proto3 scalars set to their default value leave no trace in ListFields(), so read the keys.
+    # protobuf's own tokenizer keeps braces inside strings and comments from counting as nesting.
+    tokenizer = text_format.Tokenizer(text.splitlines())
     depth = 0
+    previous = ""
     keys: set[str] = set()
-    for line in text.splitlines():
-        line = line.split("#", 1)[0]
-        if depth == 0:
-            match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*:", line)
-            if match:
-                keys.add(match.group(1))
-        depth += line.count("{") + line.count("[") - line.count("}") - line.count("]")
+    while not tokenizer.AtEnd():
+        token = tokenizer.token
+        if token in ("{", "[", "<"):
+            depth += 1
+        elif token in ("}", "]", ">"):
+            depth -= 1
+        elif token == ":" and depth == 0:
+            keys.add(previous)
+        previous = token
+        tokenizer.NextToken()
     return keys
 
 

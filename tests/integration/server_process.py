@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import socket
@@ -12,6 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -19,6 +22,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """A raw HTTP answer, for what tritonclient does not show: status codes, headers, error bodies."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 @dataclass
@@ -33,6 +48,8 @@ class ServerProcess:
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[str] | None = None
     log_path: Path | None = None
+    #: False: pass host and ports as CONCH_* environment variables instead of command-line flags.
+    port_flags: bool = True
 
     @property
     def http_url(self) -> str:
@@ -51,22 +68,22 @@ class ServerProcess:
         command = [sys.executable, "-m", "conch.cli.main", "serve"]
         if self.repository is not None:
             command.append(str(self.repository))
-        command += [
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            str(self.http_port),
-            "--grpc-port",
-            str(self.grpc_port),
-            "--metrics-port",
-            str(self.metrics_port),
-            *self.args,
-        ]
+        where = {
+            "HOST": "127.0.0.1",
+            "HTTP_PORT": str(self.http_port),
+            "GRPC_PORT": str(self.grpc_port),
+            "METRICS_PORT": str(self.metrics_port),
+        }
+        env = {**os.environ, **self.env}
+        if self.port_flags:
+            for key, value in where.items():
+                command += [f"--{key.lower().replace('_', '-')}", value]
+        else:
+            env.update({f"CONCH_{key}": value for key, value in where.items()})
+        command += self.args
         self.log_path = log_dir / f"conch-{self.http_port}.log"
         log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ, **self.env}
-        )
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -83,6 +100,18 @@ class ServerProcess:
                 return bool(reply.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
+
+    def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> HttpReply:
+        """One plain HTTP/1.1 request to the HTTP port: ``request("GET", "/v2/health/ready").status``."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            reply = connection.getresponse()
+            return HttpReply(reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read())
+        finally:
+            connection.close()
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""

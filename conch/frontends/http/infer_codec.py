@@ -75,7 +75,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     if response.id:
         document["id"] = response.id
     document["outputs"] = outputs
-    header = orjson.dumps(document)
+    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return header, None
     return b"".join([header, *blobs]), len(header)
