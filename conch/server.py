@@ -6,6 +6,7 @@ result. Nothing in this module knows HTTP, JSON or protobuf.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,9 @@ from conch.observability.statistics import ModelStatistics
 from conch.repository.config import config_to_json
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
+from conch.scheduling.scheduler import ScheduledRequest
+
+log = logging.getLogger(__name__)
 
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
 
@@ -108,18 +112,22 @@ class InferenceServer:
         stats.pending += 1
         try:
             inputs, output_names = validate_request(request, served.config)
-            assert served.pool is not None
-            outputs, timing, queue_ns = await served.pool.execute(inputs, output_names)
+            scheduled = ScheduledRequest(
+                inputs, output_names, request.batch_size(served.config.max_batch_size > 0), request.parameters
+            )
+            assert served.scheduler is not None
+            outputs = await served.scheduler.schedule(scheduled)
         except ConchError as exc:
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
             raise
         except Exception as exc:
+            # The client gets only the exception's type, so the server log must keep the traceback.
+            log.exception("model '%s' failed on an unexpected error", request.model_name)
             stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
             raise InternalError(f"model '{request.model_name}' failed: {type(exc).__name__}") from exc
         finally:
             stats.pending -= 1
-        stats.record_execution(request.batch_size(served.config.max_batch_size > 0), 1, timing)
-        stats.record_success(time.perf_counter_ns() - started, queue_ns)
+        stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
         return InferenceResponse(
             model_name=request.model_name,
             model_version=str(served.version),

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -74,46 +75,63 @@ def model_table(repository: ModelRepository) -> str:
 
 async def serve(settings: ServeSettings) -> None:
     """Load the repository, serve until SIGINT or SIGTERM, then stop cleanly."""
+    http_socket = _listen(settings.host, settings.http_port, "HTTP")
+    metrics_socket = _listen(settings.host, settings.metrics_port, "metrics")
     repository = ModelRepository(
         settings.repository, RepositoryOptions(default_max_batch_size=settings.default_max_batch_size)
     )
+    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
+    try:
+        grpc_server = create_grpc_server(server, f"{settings.host}:{settings.grpc_port}")
+    except RuntimeError:
+        raise ServeError(f"cannot listen on {settings.host}:{settings.grpc_port} (gRPC)") from None
     repository.load_all()
     print(model_table(repository), flush=True)
-    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
-    http = _Uvicorn(_uvicorn_config(HttpFrontend(server), settings.host, settings.http_port))
-    metrics_app = make_asgi_app(create_registry(server.all_statistics))
-    metrics = _Uvicorn(_uvicorn_config(metrics_app, settings.host, settings.metrics_port))
-    grpc_server = create_grpc_server(server, f"{settings.host}:{settings.grpc_port}")
+    http = _Uvicorn(_uvicorn_config(HttpFrontend(server)))
+    metrics = _Uvicorn(_uvicorn_config(make_asgi_app(create_registry(server.all_statistics))))
     await grpc_server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    tasks = [asyncio.create_task(http.serve()), asyncio.create_task(metrics.serve())]
-    while not (http.started and metrics.started):
-        if any(t.done() for t in tasks):
-            break
-        await asyncio.sleep(0.01)
+    # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.
     server.started = True
+    tasks = [
+        asyncio.create_task(http.serve(sockets=[http_socket])),
+        asyncio.create_task(metrics.serve(sockets=[metrics_socket])),
+    ]
     log.info(
         "serving: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
-        settings.host,
-        settings.http_port,
-        settings.host,
-        settings.grpc_port,
-        settings.host,
-        settings.metrics_port,
+        *(settings.host, settings.http_port, settings.host, settings.grpc_port),
+        *(settings.host, settings.metrics_port),
     )
-    done_task = asyncio.create_task(stopping.wait())
-    await asyncio.wait([done_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([asyncio.create_task(stopping.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
     server.started = False
     http.should_exit = metrics.should_exit = True
     await grpc_server.stop(grace=5)
     await asyncio.gather(*tasks, return_exceptions=True)
-    done_task.cancel()
     repository.close()
     log.info("stopped")
+
+
+def _listen(host: str, port: int, what: str) -> socket.socket:
+    """A bound, listening socket, so a taken port is one clear error before any model loads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port} ({what}): {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class ServeError(Exception):
+    """The server could not start listening."""
 
 
 def run(settings: ServeSettings) -> None:
@@ -121,11 +139,9 @@ def run(settings: ServeSettings) -> None:
     uvloop.run(serve(settings))
 
 
-def _uvicorn_config(app: Any, host: str, port: int) -> uvicorn.Config:
+def _uvicorn_config(app: Any) -> uvicorn.Config:
     return uvicorn.Config(
         app,
-        host=host,
-        port=port,
         loop="none",
         http="httptools",
         lifespan="off",

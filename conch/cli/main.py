@@ -73,17 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     if not repository.is_dir():
         print(f"conch: model repository '{args.repository}' is not a folder", file=sys.stderr)
         return 2
-    serving.run(
-        serving.ServeSettings(
-            repository=repository,
-            host=args.host,
-            http_port=args.http_port,
-            grpc_port=args.grpc_port,
-            metrics_port=args.metrics_port,
-            strict_readiness=args.strict_readiness,
-            default_max_batch_size=args.default_max_batch_size,
+    try:
+        serving.run(
+            serving.ServeSettings(
+                repository=repository,
+                host=args.host,
+                http_port=args.http_port,
+                grpc_port=args.grpc_port,
+                metrics_port=args.metrics_port,
+                strict_readiness=args.strict_readiness,
+                default_max_batch_size=args.default_max_batch_size,
+            )
         )
-    )
+    except serving.ServeError as exc:
+        print(f"conch: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

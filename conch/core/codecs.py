@@ -18,6 +18,8 @@ from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
 
 _LENGTH = struct.Struct("<I")
+#: numpy's limit on dimensions; a longer wire shape could not even be decoded into an array.
+MAX_DIMS = 64
 
 
 def element_count(shape: Sequence[int]) -> int:
@@ -31,6 +33,10 @@ def check_shape(name: str, shape: Any) -> tuple[int, ...]:
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise InvalidArgumentError(f"input '{name}': shape must be a list of non-negative integers")
+    if len(shape) > MAX_DIMS:
+        raise InvalidArgumentError(
+            f"input '{name}': shape has {len(shape)} dimensions, at most {MAX_DIMS} allowed"
+        )
     return tuple(shape)
 
 

@@ -4,7 +4,8 @@ Whatever ``config.pbtxt`` leaves out (or the whole file, when there is none) is 
 graph: input and output names, datatypes and dims, and ``max_batch_size``. A graph whose inputs and
 outputs all start with a dynamic dimension supports batching and gets ``default_max_batch_size``
 (Triton's default is 4). A batched tensor whose only dimension is the batch gets ``dims: [1]`` with an
-empty ``reshape``, which is how Triton shows a ``[N]`` tensor as ``[N, 1]``.
+empty ``reshape``, which is how Triton shows a ``[N]`` tensor as ``[N, 1]``. As in Triton, a model
+with ``max_batch_size`` above 1 and no scheduler in its config gets ``dynamic_batching { }``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def complete_from_signature(
     if not config.output:
         for tensor in signature.outputs:
             _fill_tensor(config.output.add(), tensor, batching)
+    if config.max_batch_size > 1 and not config.WhichOneof("scheduling_choice"):
+        config.dynamic_batching.SetInParent()
 
 
 def _fill_tensor(entry: mc.ModelInput | mc.ModelOutput, tensor: TensorSignature, batching: bool) -> None:

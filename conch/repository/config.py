@@ -15,7 +15,7 @@ from conch.core.errors import InvalidArgumentError
 
 ModelConfig = mc.ModelConfig
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _INT64_TYPES = {
     descriptor.FieldDescriptor.TYPE_INT64,
     descriptor.FieldDescriptor.TYPE_UINT64,
@@ -63,7 +63,7 @@ def _scalar_keys(text: str) -> set[str]:
 
 def is_dns_safe(name: str) -> bool:
     """Whether ``name`` can be a Kubernetes/DNS label (lower case, digits, dashes, at most 63)."""
-    return bool(_DNS_LABEL.match(name))
+    return bool(_DNS_LABEL.fullmatch(name))
 
 
 def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def _convert_field(value: Any, field: descriptor.FieldDescriptor) -> Any:
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         value_field = field.message_type.fields_by_name["value"]
         return {k: _convert_scalar_or_message(v, value_field) for k, v in value.items()}
-    if field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+    if field.is_repeated:
         return [_convert_scalar_or_message(v, field) for v in value]
     return _convert_scalar_or_message(value, field)
 

@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.statistics import ModelStatistics
-from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.scheduler import Scheduler
 
 
 class ModelState(enum.Enum):
@@ -22,14 +22,14 @@ class ModelState(enum.Enum):
 
 @dataclass
 class ModelVersion:
-    """One served version. ``pool`` is None unless the version is READY."""
+    """One served version. ``scheduler`` is None unless the version is READY."""
 
     name: str
     version: int
     config: mc.ModelConfig
     state: ModelState = ModelState.UNAVAILABLE
     reason: str = ""
-    pool: InstancePool | None = None
+    scheduler: Scheduler | None = None
     statistics: ModelStatistics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,4 +79,6 @@ class Model:
         return found
 
     def _why(self) -> str:
-        return f": {self.reason}" if self.reason else ""
+        reasons = [self.reason] if self.reason else []
+        reasons += [f"version {v.version}: {v.reason}" for _, v in sorted(self.versions.items()) if v.reason]
+        return f": {'; '.join(reasons)}" if reasons else ""

@@ -19,6 +19,7 @@ from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.version_policy import select_versions, version_folders
+from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,11 @@ class ModelRepository:
         return entries
 
     def close(self) -> None:
-        """Release every instance's worker threads."""
+        """Stop every scheduler and its instances' worker threads."""
         for model in self.models.values():
             for version in model.versions.values():
-                if version.pool is not None:
-                    version.pool.close()
+                if version.scheduler is not None:
+                    version.scheduler.close()
 
     def _load_model(self, folder: Path) -> Model:
         model = Model(folder.name)
@@ -133,7 +134,9 @@ class ModelRepository:
             log.error("model '%s' version %d is UNAVAILABLE: %s", folder.name, number, exc.message)
             return version
         instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-        version.pool = InstancePool(list(instances), f"{folder.name}-{number}")
+        version.scheduler = create_scheduler(
+            config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
+        )
         version.state = ModelState.READY
         log.info("model '%s' version %d is READY (%d instance(s))", folder.name, number, len(instances))
         return version

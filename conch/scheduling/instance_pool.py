@@ -1,13 +1,12 @@
 """A model's instances (Triton's ``instance_group`` count) and the worker threads that run them.
 
 Each instance runs on its own thread, so ``count`` executions proceed at once: ONNX Runtime releases
-the GIL while it computes. A request waits (queue time) only when every instance is busy.
+the GIL while it computes. Schedulers acquire an idle instance, run on it, and release it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -25,7 +24,7 @@ class ModelInstance(Protocol):
 
 
 class InstancePool:
-    """Hands each execution to an idle instance on a worker thread."""
+    """Idle instances, and one worker thread per instance to run them on."""
 
     def __init__(self, instances: list[ModelInstance], name: str) -> None:
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"conch-{name}")
@@ -34,20 +33,21 @@ class InstancePool:
             self._idle.put_nowait(instance)
         self.count = len(instances)
 
-    async def execute(
-        self, inputs: dict[str, np.ndarray], output_names: list[str]
-    ) -> tuple[dict[str, np.ndarray], ExecutionTiming, int]:
-        """Run on the next idle instance; returns outputs, compute timing and ns spent waiting."""
-        waited_from = time.perf_counter_ns()
-        instance = await self._idle.get()
-        queue_ns = time.perf_counter_ns() - waited_from
+    async def acquire(self) -> ModelInstance:
+        """The next idle instance; waits while every instance is busy."""
+        return await self._idle.get()
+
+    def release(self, instance: ModelInstance) -> None:
+        self._idle.put_nowait(instance)
+
+    async def run(
+        self, instance: ModelInstance, inputs: dict[str, np.ndarray], output_names: list[str]
+    ) -> tuple[dict[str, np.ndarray], ExecutionTiming]:
+        """Run ``instance`` on its worker thread; returns the outputs and compute timing."""
         timing = ExecutionTiming()
-        try:
-            loop = asyncio.get_running_loop()
-            outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
-        finally:
-            self._idle.put_nowait(instance)
-        return outputs, timing, queue_ns
+        loop = asyncio.get_running_loop()
+        outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
+        return outputs, timing
 
     def close(self) -> None:
         """Stop the worker threads once running executions finish."""

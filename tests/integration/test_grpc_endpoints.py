@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,7 +33,9 @@ version_policy: { all: {} }
 
 
 @pytest.fixture(scope="module")
-def server(start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+def server(
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
     """simple (versions 1 and 2), multi-dtype and fixed-shape (no config.pbtxt), broken (not ONNX)."""
     root = write_repository(
         tmp_path_factory.mktemp("grpc-endpoints"),
@@ -89,7 +90,9 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
     )
 
 
-def test_model_metadata_shows_the_batch_dimension_as_minus_one(client: grpcclient.InferenceServerClient) -> None:
+def test_model_metadata_shows_the_batch_dimension_as_minus_one(
+    client: grpcclient.InferenceServerClient,
+) -> None:
     metadata = client.get_model_metadata("simple")
     assert metadata.name == "simple"
     assert list(metadata.versions) == ["1", "2"]
@@ -207,7 +210,9 @@ def test_model_statistics_of_every_version_and_every_model(client: grpcclient.In
     ]
 
 
-def test_repository_index_lists_every_version_with_its_state(client: grpcclient.InferenceServerClient) -> None:
+def test_repository_index_lists_every_version_with_its_state(
+    client: grpcclient.InferenceServerClient,
+) -> None:
     index = client.get_model_repository_index().models
     states = {(m.name, m.version): m.state for m in index}
     assert states == {
@@ -251,8 +256,18 @@ ERRORS: list[tuple[str, ClientCall, str, str]] = [
     ("metadata-failed-model", lambda c: c.get_model_metadata("broken"), "UNAVAILABLE", "broken"),
     ("config-failed-model", lambda c: c.get_model_config("broken"), "UNAVAILABLE", "broken"),
     ("infer-failed-model", lambda c: c.infer("broken", simple_inputs(1)), "UNAVAILABLE", "broken"),
-    ("infer-batch-too-large", lambda c: c.infer("simple", simple_inputs(9)), "INVALID_ARGUMENT", "max_batch_size"),
-    ("infer-wrong-model-inputs", lambda c: c.infer("multi-dtype", simple_inputs(1)), "INVALID_ARGUMENT", "INPUT0"),
+    (
+        "infer-batch-too-large",
+        lambda c: c.infer("simple", simple_inputs(9)),
+        "INVALID_ARGUMENT",
+        "max_batch_size",
+    ),
+    (
+        "infer-wrong-model-inputs",
+        lambda c: c.infer("multi-dtype", simple_inputs(1)),
+        "INVALID_ARGUMENT",
+        "INPUT0",
+    ),
 ]
 
 

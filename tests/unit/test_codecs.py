@@ -181,9 +181,9 @@ def test_to_json_keeps_extreme_values_exact() -> None:
 
 def test_to_json_writes_fp32_with_float32_precision() -> None:
     """0.1 as float32 is 0.10000000149...; the client should read the float32 it would print, 0.1."""
-    assert orjson.dumps(codecs.to_json(np.array([0.1], dtype=np.float32)), option=orjson.OPT_SERIALIZE_NUMPY) == (
-        b"[0.1]"
-    )
+    data = codecs.to_json(np.array([0.1], dtype=np.float32))
+
+    assert orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY) == b"[0.1]"
 
 
 def test_from_bytes_is_a_view_over_the_buffer() -> None:
@@ -249,5 +249,7 @@ def test_check_shape_accepts_non_negative_ints(shape: Any, expected: tuple[int, 
 
 @pytest.mark.parametrize("shape", [[-1], [1.0], [True], "2,3", None])
 def test_check_shape_rejects_anything_else(shape: Any) -> None:
-    with pytest.raises(InvalidArgumentError, match="input 'x': shape must be a list of non-negative integers"):
+    with pytest.raises(
+        InvalidArgumentError, match="input 'x': shape must be a list of non-negative integers"
+    ):
         codecs.check_shape("x", shape)

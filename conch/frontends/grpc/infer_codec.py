@@ -46,6 +46,10 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
     )
     for index, item in enumerate(message.inputs):
         shape = codecs.check_shape(item.name, list(item.shape))
+        if raw and item.HasField("contents"):
+            raise InvalidArgumentError(
+                f"input '{item.name}' has typed contents but the request uses raw_input_contents"
+            )
         if raw:
             data = codecs.from_bytes(item.name, item.datatype, shape, raw[index])
         else:

@@ -81,6 +81,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except ConchError as exc:
             await _abort(context, exc)
             raise
+        except Exception:
+            log.exception("inference on model '%s' failed", request.model_name)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
+            raise
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -93,10 +97,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 reply = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
-                reply = pb.ModelStreamInferResponse(error_message=exc.message)
+                reply = _stream_error(message, exc.message)
             except Exception:
                 log.exception("stream inference failed")
-                reply = pb.ModelStreamInferResponse(error_message="internal server error")
+                reply = _stream_error(message, "internal server error")
             await answers.put(reply)
 
         async def read_all() -> None:
@@ -121,6 +125,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return infer_codec.encode_response(response)
 
 
+def _stream_error(message: pb.ModelInferRequest, error: str) -> pb.ModelStreamInferResponse:
+    # As Triton: the failed request's id rides along, so a client can tell which request failed.
+    return pb.ModelStreamInferResponse(
+        error_message=error, infer_response=pb.ModelInferResponse(id=message.id)
+    )
+
+
 async def _call(context: Any, produce: Callable[[], T]) -> T:
     try:
         return produce()
@@ -137,7 +148,11 @@ def create_grpc_server(server: InferenceServer, address: str) -> grpc.aio.Server
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered."""
     limit = 512 * 1024 * 1024
     grpc_server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)
     grpc_server.add_insecure_port(address)

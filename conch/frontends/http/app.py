@@ -14,7 +14,7 @@ import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.frontends.http import infer_codec
-from conch.frontends.http.body import read_body
+from conch.frontends.http.body import compress_for, read_body
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -104,15 +104,16 @@ class HttpFrontend:
         response = await self.server.infer(request)
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
-            return 200, payload, [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
-        return (
-            200,
-            payload,
-            [
+            headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
+        else:
+            headers = [
                 (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
                 (b"inference-header-content-length", str(json_length).encode()),
-            ],
-        )
+            ]
+        payload, encoding = compress_for(scope, payload)
+        if encoding is not None:
+            headers.append((b"content-encoding", encoding))
+        return 200, payload, headers
 
 
 def _header_length(scope: Scope) -> int | None:

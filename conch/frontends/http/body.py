@@ -1,4 +1,5 @@
-"""Reading a request body from ASGI, bounded in size, with gzip and deflate bodies inflated."""
+"""HTTP bodies: reading a request body bounded in size, inflating gzip and deflate request bodies,
+and compressing a response when the client asks for it with ``Accept-Encoding``."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
     if not inflater.eof:
         raise InvalidArgumentError(f"request body is truncated {name} data")
     return data
+
+
+def compress_for(scope: dict[str, Any], body: bytes) -> tuple[bytes, bytes | None]:
+    """``body`` gzip- or deflate-compressed if ``Accept-Encoding`` asks for it, with the encoding used."""
+    accepted = ""
+    for key, value in scope["headers"]:
+        if key == b"accept-encoding":
+            accepted = value.decode("latin-1").lower()
+            break
+    for choice in (part.split(";")[0].strip() for part in accepted.split(",")):
+        if choice == "gzip":
+            compressor = zlib.compressobj(wbits=_GZIP_WBITS)
+            return compressor.compress(body) + compressor.flush(), b"gzip"
+        if choice == "deflate":
+            return zlib.compress(body), b"deflate"
+    return body, None

@@ -1,0 +1,238 @@
+"""The dynamic batcher's queues and its decision of what to send, with Triton's semantics.
+
+This module has no event loop and no clock of its own: every method takes ``now`` in nanoseconds, so
+the rules (delay, preferred sizes, max size, shape grouping, priorities, timeouts, queue limits) are
+tested with a controllable clock.
+
+Rules, from Triton's ``dynamic_batching``:
+
+- A batch counts rows (the first dimension), up to ``max_batch_size``.
+- Requests are taken in priority order (level 1 first), FIFO within a level; requests whose
+  ``DELAY`` timeout expired come after the other requests of their level.
+- A request whose inputs' non-batch shapes or datatypes differ from the batch's first request ends
+  the batch: the pending batch is sent as it is. Requested outputs may differ: the batch computes
+  their union.
+- A batch is sent whole when it is full, when the next request cannot join it, or once its oldest
+  request has waited ``max_queue_delay_microseconds``. Before that, a prefix whose rows make a
+  preferred size is sent at once (the longest such prefix).
+- A full queue (``max_queue_size``) refuses a request at once. A request past its timeout is
+  rejected (``REJECT``) or moved behind the others (``DELAY``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.core.errors import InvalidArgumentError, UnavailableError
+from conch.scheduling.scheduler import ScheduledRequest
+
+REJECT = mc.ModelQueuePolicy.REJECT
+DELAY = mc.ModelQueuePolicy.DELAY
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton's ``ModelQueuePolicy`` for one priority level."""
+
+    timeout_action: int = REJECT
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+    @classmethod
+    def from_config(cls, policy: mc.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            timeout_action=policy.timeout_action,
+            default_timeout_us=policy.default_timeout_microseconds,
+            allow_timeout_override=policy.allow_timeout_override,
+            max_queue_size=policy.max_queue_size,
+        )
+
+
+@dataclass(frozen=True)
+class BatchingSettings:
+    """The parts of ``max_batch_size`` and ``dynamic_batching`` the batcher uses."""
+
+    max_batch_size: int
+    max_queue_delay_ns: int = 0
+    preferred_batch_sizes: frozenset[int] = frozenset()
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    policies: dict[int, QueuePolicy] = field(default_factory=dict)
+    default_policy: QueuePolicy = QueuePolicy()
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> BatchingSettings:
+        batching = config.dynamic_batching
+        levels = batching.priority_levels
+        return cls(
+            max_batch_size=max(config.max_batch_size, 1),
+            max_queue_delay_ns=batching.max_queue_delay_microseconds * 1000,
+            preferred_batch_sizes=frozenset(batching.preferred_batch_size),
+            preserve_ordering=batching.preserve_ordering,
+            priority_levels=levels,
+            default_priority_level=(batching.default_priority_level or levels) if levels else 0,
+            policies={
+                level: QueuePolicy.from_config(policy)
+                for level, policy in batching.priority_queue_policy.items()
+            },
+            default_policy=QueuePolicy.from_config(batching.default_queue_policy),
+        )
+
+    def policy(self, level: int) -> QueuePolicy:
+        return self.policies.get(level, self.default_policy)
+
+
+@dataclass(eq=False)
+class PendingRequest:
+    """A request waiting in the queue, with what batching needs to know about it."""
+
+    request: ScheduledRequest
+    enqueued_ns: int
+    level: int = 0
+    deadline_ns: int | None = None
+    sequence: int = 0
+    shape_key: tuple[Any, ...] = ()
+    delayed: bool = False
+    ticket: Any = None  # the driver's handle (an asyncio future); opaque here
+
+    @property
+    def rows(self) -> int:
+        return self.request.rows
+
+
+def shape_key(request: ScheduledRequest) -> tuple[Any, ...]:
+    """What must be equal for two requests to share a batch: input names, dtypes, non-batch shapes."""
+    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(request.inputs.items()))
+
+
+class BatchQueue:
+    """Pending requests by priority level, and the rule for what to send next."""
+
+    def __init__(self, settings: BatchingSettings) -> None:
+        self.settings = settings
+        levels = range(1, settings.priority_levels + 1) if settings.priority_levels else [0]
+        self._queues: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
+        self._delayed: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
+        self._sequence = 0
+
+    def __len__(self) -> int:
+        return sum(len(lane) for lane in self._lanes())
+
+    def add(self, request: ScheduledRequest, now: int, ticket: Any = None) -> PendingRequest:
+        """Queue ``request``; a full queue is a 503 and an unknown priority a 400."""
+        level = self._level(request.parameters.get("priority", 0))
+        policy = self.settings.policy(level)
+        queue = self._queues[level]
+        # As in Triton, delayed requests still occupy their level's queue.
+        waiting = len(queue) + len(self._delayed[level])
+        if policy.max_queue_size and waiting >= policy.max_queue_size:
+            raise UnavailableError(
+                f"the queue is full ({policy.max_queue_size} requests waiting); retry later"
+            )
+        timeout_us = policy.default_timeout_us
+        override = request.parameters.get("timeout")
+        # As in Triton, a request may shorten the default timeout, never lengthen or add one.
+        if policy.allow_timeout_override and isinstance(override, int) and 0 < override < timeout_us:
+            timeout_us = override
+        pending = PendingRequest(
+            request=request,
+            enqueued_ns=now,
+            level=level,
+            deadline_ns=now + timeout_us * 1000 if timeout_us > 0 else None,
+            sequence=self._sequence,
+            shape_key=shape_key(request),
+            ticket=ticket,
+        )
+        self._sequence += 1
+        queue.append(pending)
+        return pending
+
+    def expire(self, now: int) -> list[PendingRequest]:
+        """Remove and return requests past their REJECT timeout; move DELAY ones behind their level."""
+        rejected: list[PendingRequest] = []
+        for level, queue in self._queues.items():
+            if not any(p.deadline_ns is not None and p.deadline_ns <= now for p in queue):
+                continue
+            kept: deque[PendingRequest] = deque()
+            for pending in queue:
+                if pending.deadline_ns is None or pending.deadline_ns > now:
+                    kept.append(pending)
+                elif self.settings.policy(level).timeout_action == DELAY:
+                    pending.delayed = True
+                    pending.deadline_ns = None
+                    self._delayed[level].append(pending)
+                else:
+                    rejected.append(pending)
+            self._queues[level] = kept
+        return rejected
+
+    def next_batch(self, now: int) -> tuple[list[PendingRequest], int | None]:
+        """The batch to send now (possibly empty) and, if empty, when to look again (ns, or None)."""
+        candidates = self._in_order()
+        head = next(candidates, None)
+        if head is None:
+            return [], None
+        rows, count, preferred_count, blocked = head.rows, 1, 0, False
+        preferred = self.settings.preferred_batch_sizes
+        if rows in preferred:
+            preferred_count = 1
+        for pending in candidates:
+            if pending.shape_key != head.shape_key or rows + pending.rows > self.settings.max_batch_size:
+                blocked = True
+                break
+            rows += pending.rows
+            count += 1
+            if rows in preferred:
+                preferred_count = count
+        send_at = head.enqueued_ns + self.settings.max_queue_delay_ns
+        if rows >= self.settings.max_batch_size or blocked or now >= send_at:
+            return self._take(count), None
+        if preferred_count:
+            return self._take(preferred_count), None
+        return [], min([send_at, *self._deadlines()])
+
+    def _level(self, requested: Any) -> int:
+        if not self.settings.priority_levels:
+            return 0
+        if not isinstance(requested, int) or isinstance(requested, bool) or requested < 0:
+            raise InvalidArgumentError(
+                f"priority must be an integer from 1 to {self.settings.priority_levels}"
+            )
+        if requested == 0:
+            return self.settings.default_priority_level
+        if requested > self.settings.priority_levels:
+            raise InvalidArgumentError(
+                f"priority {requested} is out of range; the model has {self.settings.priority_levels} levels"
+            )
+        return requested
+
+    def drain(self) -> list[PendingRequest]:
+        """Remove and return every pending request (on shutdown, so none waits forever)."""
+        return self._take(len(self))
+
+    def _lanes(self) -> list[deque[PendingRequest]]:
+        # Priority order: level 1 first; within a level, on-time requests before delayed ones.
+        return [
+            lane for level in sorted(self._queues) for lane in (self._queues[level], self._delayed[level])
+        ]
+
+    def _in_order(self) -> Iterator[PendingRequest]:
+        for lane in self._lanes():
+            yield from lane
+
+    def _take(self, count: int) -> list[PendingRequest]:
+        taken: list[PendingRequest] = []
+        for lane in self._lanes():
+            while lane and len(taken) < count:
+                taken.append(lane.popleft())
+        return taken
+
+    def _deadlines(self) -> list[int]:
+        return [p.deadline_ns for q in self._queues.values() for p in q if p.deadline_ns is not None]

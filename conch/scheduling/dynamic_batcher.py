@@ -1,0 +1,167 @@
+"""The dynamic batcher's event-loop side: it waits for an idle instance, asks the
+:class:`BatchQueue` what to send, and runs the batch.
+
+Waiting for the instance *before* forming a batch is what makes batches grow under load: while every
+instance computes, requests accumulate, and the next batch takes them all.
+
+Inputs of a batch are concatenated once (one ``np.concatenate`` per input); outputs are split back as
+views. If a batch of several requests fails, each request is run again alone, so one bad request
+fails only itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from conch.core.errors import UnavailableError
+from conch.observability.statistics import ModelStatistics
+from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
+from conch.scheduling.instance_pool import InstancePool, ModelInstance
+from conch.scheduling.scheduler import ScheduledRequest
+
+log = logging.getLogger(__name__)
+
+Outcome = dict[str, np.ndarray] | BaseException
+
+
+class DynamicBatcher:
+    """Triton's dynamic batcher for one model version."""
+
+    def __init__(
+        self,
+        settings: BatchingSettings,
+        pool: InstancePool,
+        statistics: ModelStatistics,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self._queue = BatchQueue(settings)
+        self._settings = settings
+        self._pool = pool
+        self._statistics = statistics
+        self._clock = clock
+        self._arrived: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._finished: dict[int, tuple[PendingRequest, Outcome]] = {}
+        self._next_release = 0
+
+    async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
+        if self._loop_task is None:
+            self._arrived = asyncio.Event()
+            self._loop_task = asyncio.create_task(self._form_batches(), name="conch-batcher")
+        future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
+        self._queue.add(request, self._clock(), future)
+        assert self._arrived is not None
+        self._arrived.set()
+        return await future
+
+    def close(self) -> None:
+        """Stop forming batches; requests still queued are answered 503."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        for pending in self._queue.drain():
+            self._finish(pending, UnavailableError("the model is unloading"))
+        self._pool.close()
+
+    async def _form_batches(self) -> None:
+        while True:
+            instance = await self._pool.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._pool.release(instance)
+                raise
+            task = asyncio.create_task(self._execute(instance, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> list[PendingRequest]:
+        assert self._arrived is not None
+        while True:
+            now = self._clock()
+            for pending in self._queue.expire(now):
+                self._finish(pending, UnavailableError("the request timed out in the queue"))
+            batch, wake_at = self._queue.next_batch(now)
+            if batch:
+                return batch
+            self._arrived.clear()
+            timeout = None if wake_at is None else max(wake_at - now, 0) / 1e9
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+
+    async def _execute(self, instance: ModelInstance, batch: list[PendingRequest]) -> None:
+        dispatched = self._clock()
+        for pending in batch:
+            pending.request.queue_ns = dispatched - pending.enqueued_ns
+        try:
+            if len(batch) == 1:
+                self._finish(batch[0], await self._run_alone(instance, batch[0]))
+                return
+            try:
+                outputs = await self._run(instance, batch)
+            except Exception as exc:
+                log.warning("a batch of %d requests failed (%s); running them one by one", len(batch), exc)
+                for pending in batch:
+                    self._finish(pending, await self._run_alone(instance, pending))
+                return
+            start = 0
+            for pending in batch:
+                end = start + pending.rows
+                self._finish(
+                    pending, {name: outputs[name][start:end] for name in pending.request.output_names}
+                )
+                start = end
+        except asyncio.CancelledError:
+            for pending in batch:
+                self._finish(pending, UnavailableError("the server is shutting down"))
+            raise
+        finally:
+            self._pool.release(instance)
+
+    async def _run(self, instance: ModelInstance, batch: list[PendingRequest]) -> dict[str, np.ndarray]:
+        first = batch[0].request
+        if len(batch) == 1:
+            inputs = first.inputs
+        else:
+            inputs = {name: np.concatenate([p.request.inputs[name] for p in batch]) for name in first.inputs}
+        outputs, timing = await self._pool.run(instance, inputs, _output_union(batch))
+        self._statistics.record_execution(sum(p.rows for p in batch), len(batch), timing)
+        return outputs
+
+    async def _run_alone(self, instance: ModelInstance, pending: PendingRequest) -> Outcome:
+        try:
+            return await self._run(instance, [pending])
+        except Exception as exc:
+            return exc
+
+    def _finish(self, pending: PendingRequest, outcome: Outcome) -> None:
+        if not self._settings.preserve_ordering:
+            _resolve(pending, outcome)
+            return
+        self._finished[pending.sequence] = (pending, outcome)
+        while self._next_release in self._finished:
+            _resolve(*self._finished.pop(self._next_release))
+            self._next_release += 1
+
+
+def _resolve(pending: PendingRequest, outcome: Outcome) -> None:
+    future: asyncio.Future[dict[str, np.ndarray]] = pending.ticket
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _output_union(batch: list[PendingRequest]) -> list[str]:
+    names = dict.fromkeys(batch[0].request.output_names)
+    for pending in batch[1:]:
+        names.update(dict.fromkeys(pending.request.output_names))
+    return list(names)

@@ -1,0 +1,264 @@
+"""The dynamic batcher on an event loop, with real instance pools of small Python models."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import pytest
+
+from conch.core.errors import UnavailableError
+from conch.core.types import ExecutionTiming
+from conch.observability.statistics import ModelStatistics
+from conch.scheduling.batch_queue import REJECT, BatchingSettings, QueuePolicy
+from conch.scheduling.dynamic_batcher import DynamicBatcher
+from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.scheduler import ScheduledRequest
+
+POISON = -1.0
+
+
+class AddOne:
+    """OUTPUT0 = INPUT0 + 1. Fails on a batch holding ``POISON``; with a gate, waits for it to open."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.gate = gate
+        self.started = threading.Event()
+        self.batch_sizes: list[int] = []
+        self.outputs: list[np.ndarray] = []
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=2)
+        values = inputs["INPUT0"]
+        self.batch_sizes.append(len(values))
+        if (values == POISON).any():
+            raise ValueError("poisoned row")
+        output = values + 1
+        self.outputs.append(output)
+        return {"OUTPUT0": output}
+
+
+def scheduled(*values: float) -> ScheduledRequest:
+    """A request with one row per value."""
+    rows = np.array(values, dtype=np.float32).reshape(-1, 1)
+    return ScheduledRequest(inputs={"INPUT0": rows}, output_names=["OUTPUT0"], rows=len(values))
+
+
+def make_batcher(
+    *instances: AddOne,
+    max_queue_delay_ns: int = 0,
+    preserve_ordering: bool = False,
+    default_policy: QueuePolicy | None = None,
+) -> tuple[DynamicBatcher, ModelStatistics]:
+    """A batcher of up to 8 rows over ``instances``, and the statistics it records into."""
+    statistics = ModelStatistics("add_one", "1")
+    settings = BatchingSettings(
+        max_batch_size=8,
+        max_queue_delay_ns=max_queue_delay_ns,
+        preserve_ordering=preserve_ordering,
+        default_policy=default_policy or QueuePolicy(),
+    )
+    return DynamicBatcher(settings, InstancePool(list(instances), "add_one"), statistics), statistics
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the loop and worker threads run until ``condition`` holds (at most a second)."""
+    deadline = time.monotonic() + 1
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.002)
+
+
+async def hold_first_request(
+    batcher: DynamicBatcher, instance: AddOne
+) -> asyncio.Task[dict[str, np.ndarray]]:
+    """Start one request and wait until ``instance`` is running it (held by its gate)."""
+    first = asyncio.create_task(batcher.schedule(scheduled(100)))
+    await until(instance.started.is_set)
+    return first
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    """Run one scenario on a fresh event loop; a stuck scenario fails after 3 s instead of hanging."""
+    asyncio.run(asyncio.wait_for(test(), timeout=3))
+
+
+def test_concurrent_requests_share_executions_and_get_their_own_rows() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = AddOne(gate)
+        batcher, statistics = make_batcher(instance)
+        first = await hold_first_request(batcher, instance)
+        rows = [(1,), (2, 3), (4, 5, 6), (7,), (8,)]
+        waiting = [asyncio.create_task(batcher.schedule(scheduled(*r))) for r in rows]
+        await asyncio.sleep(0.01)
+        gate.set()
+
+        results = await asyncio.gather(first, *waiting)
+
+        assert instance.batch_sizes == [1, 8], "the five waiting requests ran as one batch"
+        assert (statistics.execution_count, statistics.inference_count) == (2, 9)
+        assert statistics.batches.keys() == {1, 8}
+        for values, result in zip([(100,), *rows], results, strict=True):
+            assert result["OUTPUT0"].ravel().tolist() == [v + 1 for v in values]
+        batcher.close()
+
+    run(scenario)
+
+
+def test_outputs_are_views_of_the_batch_output() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = AddOne(gate)
+        batcher, _ = make_batcher(instance)
+        first = await hold_first_request(batcher, instance)
+        waiting = [asyncio.create_task(batcher.schedule(scheduled(v, v))) for v in (1, 2, 3)]
+        await asyncio.sleep(0.01)
+        gate.set()
+
+        await first
+        results = [r["OUTPUT0"] for r in await asyncio.gather(*waiting)]
+
+        batch_output = instance.outputs[-1]
+        assert batch_output.shape == (6, 1)
+        assert all(r.base is batch_output and np.shares_memory(r, batch_output) for r in results)
+        assert not np.shares_memory(results[0], results[1]), "each caller gets only its own rows"
+        batcher.close()
+
+    run(scenario)
+
+
+def test_a_failing_request_fails_alone() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = AddOne(gate)
+        batcher, statistics = make_batcher(instance)
+        first = await hold_first_request(batcher, instance)
+        before = asyncio.create_task(batcher.schedule(scheduled(1)))
+        poisoned = asyncio.create_task(batcher.schedule(scheduled(2, POISON)))
+        after = asyncio.create_task(batcher.schedule(scheduled(3)))
+        await asyncio.sleep(0.01)
+        gate.set()
+
+        await first
+        with pytest.raises(ValueError, match="poisoned row"):
+            await poisoned
+
+        assert (await before)["OUTPUT0"].ravel().tolist() == [2]
+        assert (await after)["OUTPUT0"].ravel().tolist() == [4]
+        assert instance.batch_sizes == [1, 4, 1, 2, 1], "the failed batch ran again one request at a time"
+        assert statistics.inference_count == 3, "only successful executions are counted"
+        batcher.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("preserve_ordering", [True, False])
+def test_preserve_ordering_holds_a_later_response(preserve_ordering: bool) -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        slow, fast = AddOne(gate), AddOne()
+        batcher, _ = make_batcher(slow, fast, preserve_ordering=preserve_ordering)
+        first = await hold_first_request(batcher, slow)
+        second = asyncio.create_task(batcher.schedule(scheduled(1)))
+        await until(lambda: fast.outputs != [])
+        await asyncio.sleep(0.02)
+
+        assert second.done() == (not preserve_ordering), "its answer is held until the first one's"
+        gate.set()
+        results = await asyncio.gather(first, second)
+        assert [r["OUTPUT0"].item() for r in results] == [101, 2]
+        batcher.close()
+
+    run(scenario)
+
+
+def test_preserve_ordering_releases_responses_in_arrival_order() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        slow, fast = AddOne(gate), AddOne()
+        batcher, _ = make_batcher(slow, fast, preserve_ordering=True)
+        answered: list[int] = []
+
+        async def call(value: int) -> None:
+            await batcher.schedule(scheduled(value))
+            answered.append(value)
+
+        first = asyncio.create_task(call(1))
+        await until(slow.started.is_set)
+        others = [asyncio.create_task(call(v)) for v in (2, 3, 4)]
+        await until(lambda: sum(fast.batch_sizes) == 3)
+        gate.set()
+        await asyncio.gather(first, *others)
+
+        assert answered == [1, 2, 3, 4]
+        batcher.close()
+
+    run(scenario)
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = AddOne(gate)
+        batcher, _ = make_batcher(instance, default_policy=QueuePolicy(max_queue_size=1))
+        first = await hold_first_request(batcher, instance)
+        queued = asyncio.create_task(batcher.schedule(scheduled(1)))
+        await asyncio.sleep(0.01)
+
+        with pytest.raises(UnavailableError) as refused:
+            await asyncio.wait_for(batcher.schedule(scheduled(2)), timeout=0.1)
+
+        assert refused.value.kind.http_status == 503
+        gate.set()
+        await first
+        assert (await queued)["OUTPUT0"].item() == 2
+        batcher.close()
+
+    run(scenario)
+
+
+def test_a_request_past_its_reject_timeout_fails_without_running() -> None:
+    async def scenario() -> None:
+        instance = AddOne()
+        batcher, statistics = make_batcher(
+            instance,
+            max_queue_delay_ns=2_000_000_000,
+            default_policy=QueuePolicy(timeout_action=REJECT, default_timeout_us=20_000),
+        )
+        started = time.perf_counter()
+
+        with pytest.raises(UnavailableError, match="timed out"):
+            await batcher.schedule(scheduled(1))
+
+        assert 0.02 <= time.perf_counter() - started < 0.5, "woken by the timeout, not the 2 s delay"
+        assert instance.batch_sizes == []
+        assert statistics.execution_count == 0
+        batcher.close()
+
+    run(scenario)
+
+
+def test_close_cancels_the_batching_loop() -> None:
+    async def scenario() -> None:
+        instance = AddOne()
+        batcher, _ = make_batcher(instance, max_queue_delay_ns=50_000_000)
+        queued = asyncio.create_task(batcher.schedule(scheduled(1)))
+        await asyncio.sleep(0.01)
+        (loop_task,) = [t for t in asyncio.all_tasks() if t.get_name() == "conch-batcher"]
+
+        batcher.close()
+        await asyncio.sleep(0.1)
+
+        assert loop_task.cancelled()
+        assert instance.batch_sizes == [], "the queued request is never sent once the loop is gone"
+        queued.cancel()
+
+    run(scenario)

@@ -1,0 +1,138 @@
+"""Checking an inference request against its model config before it runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.core.errors import InvalidArgumentError
+from conch.core.request_validation import validate_request
+from conch.core.types import InferenceRequest, RequestedOutput, Tensor
+from conch.repository.config import parse_config
+
+# A batching model: image FP32 [N, 4], ids INT32 [N, -1]; an optional mask; outputs in this order.
+CONFIG = parse_config(
+    """
+    name: "tagger"
+    max_batch_size: 8
+    input [
+      { name: "image", data_type: TYPE_FP32, dims: [ 4 ] },
+      { name: "ids", data_type: TYPE_INT32, dims: [ -1 ] },
+      { name: "mask", data_type: TYPE_BOOL, dims: [ 4 ], optional: true }
+    ]
+    output [
+      { name: "scores", data_type: TYPE_FP32, dims: [ 4 ] },
+      { name: "labels", data_type: TYPE_STRING, dims: [ 1 ] }
+    ]
+    """
+)
+
+
+def image(batch: int = 2, width: int = 4) -> Tensor:
+    return Tensor("image", "FP32", np.zeros((batch, width), dtype=np.float32))
+
+
+def ids(batch: int = 2, length: int = 7) -> Tensor:
+    return Tensor("ids", "INT32", np.zeros((batch, length), dtype=np.int32))
+
+
+def request(*inputs: Tensor, outputs: tuple[str, ...] = ()) -> InferenceRequest:
+    return InferenceRequest(
+        model_name="tagger", inputs=list(inputs), outputs=[RequestedOutput(name) for name in outputs]
+    )
+
+
+def test_valid_request_returns_inputs_by_name_and_outputs_in_config_order() -> None:
+    given_image, given_ids = image(), ids()
+
+    inputs, outputs = validate_request(request(given_ids, given_image), CONFIG)
+
+    assert inputs.keys() == {"image", "ids"}
+    assert inputs["image"] is given_image.data
+    assert outputs == ["scores", "labels"]
+
+
+def test_requested_outputs_keep_the_request_order() -> None:
+    _, outputs = validate_request(request(image(), ids(), outputs=("labels", "scores")), CONFIG)
+
+    assert outputs == ["labels", "scores"]
+
+
+def test_optional_input_may_be_given() -> None:
+    mask = Tensor("mask", "BOOL", np.ones((2, 4), dtype=bool))
+
+    inputs, _ = validate_request(request(image(), ids(), mask), CONFIG)
+
+    assert inputs["mask"] is mask.data
+
+
+def test_unknown_input() -> None:
+    extra = Tensor("imgae", "FP32", np.zeros((2, 4), dtype=np.float32))
+
+    with pytest.raises(InvalidArgumentError, match=r"unexpected inference input 'imgae' for model 'tagger'"):
+        validate_request(request(image(), ids(), extra), CONFIG)
+
+
+def test_missing_input() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"model 'tagger' expects input\(s\) \['ids'\]"):
+        validate_request(request(image()), CONFIG)
+
+
+def test_duplicate_input() -> None:
+    with pytest.raises(InvalidArgumentError, match="input 'image' is given more than once"):
+        validate_request(request(image(), ids(), image()), CONFIG)
+
+
+def test_wrong_datatype() -> None:
+    as_fp64 = Tensor("ids", "FP64", np.zeros((2, 7), dtype=np.float64))
+
+    with pytest.raises(
+        InvalidArgumentError, match="input 'ids' has datatype FP64 but model 'tagger' expects INT32"
+    ):
+        validate_request(request(image(), as_fp64), CONFIG)
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (2, 4, 1), (4,)], ids=["wrong-dim", "extra-dim", "no-batch-dim"])
+def test_wrong_shape(shape: tuple[int, ...]) -> None:
+    wrong = Tensor("image", "FP32", np.zeros(shape, dtype=np.float32))
+
+    with pytest.raises(
+        InvalidArgumentError, match=r"input 'image' has shape \[.*\] but model 'tagger' expects \[-1, 4\]"
+    ):
+        validate_request(request(wrong, ids(batch=shape[0])), CONFIG)
+
+
+def test_batch_above_max_batch_size() -> None:
+    with pytest.raises(InvalidArgumentError, match="batch size 9 but model 'tagger' allows at most 8"):
+        validate_request(request(image(batch=9), ids(batch=9)), CONFIG)
+
+
+def test_empty_batch() -> None:
+    with pytest.raises(InvalidArgumentError, match="needs a batch dimension >= 1"):
+        validate_request(request(image(batch=0), ids(batch=0)), CONFIG)
+
+
+def test_inputs_must_share_one_batch_size() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"must share one batch size, got \[2, 3\]"):
+        validate_request(request(image(batch=2), ids(batch=3)), CONFIG)
+
+
+def test_unknown_requested_output() -> None:
+    with pytest.raises(
+        InvalidArgumentError, match=r"unexpected inference output 'probs'.* \['scores', 'labels'\]"
+    ):
+        validate_request(request(image(), ids(), outputs=("probs",)), CONFIG)
+
+
+def test_model_without_batching_checks_the_full_shape() -> None:
+    config = mc.ModelConfig()
+    config.CopyFrom(CONFIG)
+    config.max_batch_size = 0
+
+    one_image = Tensor("image", "FP32", np.zeros(4, dtype=np.float32))
+    one_ids = Tensor("ids", "INT32", np.zeros(7, dtype=np.int32))
+
+    validate_request(request(one_image, one_ids), config)
+    with pytest.raises(InvalidArgumentError, match=r"input 'image' has shape \[1, 4\] but .* expects \[4\]"):
+        validate_request(request(image(batch=1), one_ids), config)
