@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conch.observability.statistics import Duration, ModelStatistics
+from conch.observability.host_metrics import HostCollector
+from conch.observability.statistics import Duration, Histogram, ModelStatistics
 
 _LABELS = ["model", "version"]
 _DURATIONS: list[tuple[str, str, Callable[[ModelStatistics], Duration]]] = [
@@ -92,11 +93,34 @@ class InferenceStatisticsCollector(Collector):
                 family.add_metric(labels, pick(stats).ns // 1000)
             pending.add_metric(labels, stats.pending)
         yield from (success, failure, count, executions, *durations, pending)
+        yield from self._histograms()
+
+    def _histograms(self) -> Iterator[Metric]:
+        families: list[tuple[str, str, Callable[[ModelStatistics], Histogram]]] = [
+            (
+                "conch_inference_request_duration_seconds",
+                "End-to-end time of successful requests",
+                lambda s: s.request_seconds,
+            ),
+            (
+                "conch_inference_queue_duration_seconds",
+                "Time requests waited before execution",
+                lambda s: s.queue_seconds,
+            ),
+            ("conch_inference_batch_size", "Rows per model execution", lambda s: s.batch_sizes),
+        ]
+        for name, documentation, pick in families:
+            family = HistogramMetricFamily(name, documentation, labels=_LABELS)
+            for stats in self._statistics():
+                histogram = pick(stats)
+                family.add_metric([stats.name, stats.version], histogram.cumulative(), histogram.sum)
+            yield family
 
 
 def create_registry(statistics: Callable[[], Iterable[ModelStatistics]]) -> CollectorRegistry:
-    """A registry with the inference collector and the process's own CPU and memory."""
+    """A registry with the inference statistics, host and GPU gauges, and the process's own figures."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceStatisticsCollector(statistics))
+    registry.register(HostCollector())
     ProcessCollector(registry=registry)
     return registry

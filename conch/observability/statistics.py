@@ -6,6 +6,7 @@ the Prometheus collector reads the same objects at scrape time instead of keepin
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,51 @@ class Duration:
 
     def to_json(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
+
+
+#: Latency buckets in seconds, from 100 us (a tiny model) to 10 s (an overloaded queue).
+LATENCY_BUCKETS_S = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Histogram:
+    """Cumulative-bucket histogram: one ``bisect`` and two additions per observation."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, count)`` pairs as Prometheus expects them, ending with ``+Inf``."""
+        total, buckets = 0, []
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
+            total += count
+            buckets.append((bound, total))
+        return buckets
 
 
 @dataclass(slots=True)
@@ -55,11 +101,15 @@ class ModelStatistics:
     batches: dict[int, BatchStatistics] = field(default_factory=dict)
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     pending: int = 0
+    request_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
+    queue_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
+    batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
 
     def record_execution(self, batch_size: int, requests: int, timing: ExecutionTiming) -> None:
         """One model execution that served ``requests`` requests totalling ``batch_size`` rows."""
         self.execution_count += 1
         self.inference_count += batch_size
+        self.batch_sizes.observe(batch_size)
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStatistics()
@@ -68,13 +118,15 @@ class ModelStatistics:
             (self.compute_infer, batch.compute_infer, timing.compute_infer_ns),
             (self.compute_output, batch.compute_output, timing.compute_output_ns),
         ):
-            total.add(ns, requests)
+            total.add(ns * requests, requests)  # as Triton: each request is charged its batch's time
             per_batch.add(ns)
 
     def record_success(self, request_ns: int, queue_ns: int) -> None:
         """One request answered, ``request_ns`` end to end of which ``queue_ns`` waiting."""
         self.success.add(request_ns)
         self.queue.add(queue_ns)
+        self.request_seconds.observe(request_ns / 1e9)
+        self.queue_seconds.observe(queue_ns / 1e9)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, request_ns: int, reason: str) -> None:
