@@ -12,7 +12,6 @@ fails only itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ class DynamicBatcher:
         self._pool = pool
         self._statistics = statistics
         self._clock = clock
-        self._arrived: asyncio.Event | None = None
+        self._wakeup: asyncio.Future[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._finished: dict[int, tuple[PendingRequest, Outcome]] = {}
@@ -53,12 +52,10 @@ class DynamicBatcher:
 
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         if self._loop_task is None:
-            self._arrived = asyncio.Event()
             self._loop_task = asyncio.create_task(self._form_batches(), name="conch-batcher")
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
         self._queue.add(request, self._clock(), future)
-        assert self._arrived is not None
-        self._arrived.set()
+        self._wake()
         return await future
 
     def close(self) -> None:
@@ -82,7 +79,6 @@ class DynamicBatcher:
             task.add_done_callback(self._running.discard)
 
     async def _next_batch(self) -> list[PendingRequest]:
-        assert self._arrived is not None
         while True:
             now = self._clock()
             for pending in self._queue.expire(now):
@@ -90,10 +86,23 @@ class DynamicBatcher:
             batch, wake_at = self._queue.next_batch(now)
             if batch:
                 return batch
-            self._arrived.clear()
-            timeout = None if wake_at is None else max(wake_at - now, 0) / 1e9
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), timeout)
+            await self._sleep(None if wake_at is None else max(wake_at - now, 0) / 1e9)
+
+    async def _sleep(self, seconds: float | None) -> None:
+        """Until a request arrives or ``seconds`` pass: a bare future and one timer, no task."""
+        loop = asyncio.get_running_loop()
+        self._wakeup = loop.create_future()
+        timer = loop.call_later(seconds, self._wake) if seconds is not None else None
+        try:
+            await self._wakeup
+        finally:
+            self._wakeup = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     async def _execute(self, instance: ModelInstance, batch: list[PendingRequest]) -> None:
         dispatched = self._clock()

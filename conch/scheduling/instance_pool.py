@@ -1,7 +1,8 @@
 """A model's instances (Triton's ``instance_group`` count) and the worker threads that run them.
 
 Each instance runs on its own thread, so ``count`` executions proceed at once: ONNX Runtime releases
-the GIL while it computes. Schedulers acquire an idle instance, run on it, and release it.
+the GIL while it computes. Schedulers acquire an idle instance, run on it, and release it. A single
+instance whose executions are shorter than a thread hop runs on the event loop instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Protocol
 import numpy as np
 
 from conch.core.types import ExecutionTiming
+
+#: Executions faster than this (moving average) run on the event loop: a thread hop costs ~30-60 us.
+INLINE_BELOW_NS = 60_000
+_SMOOTHING = 0.1
 
 
 class ModelInstance(Protocol):
@@ -32,6 +37,8 @@ class InstancePool:
         for instance in instances:
             self._idle.put_nowait(instance)
         self.count = len(instances)
+        self._average_ns = float(INLINE_BELOW_NS)  # start on the worker thread until measured
+        self._inline = False
 
     async def acquire(self) -> ModelInstance:
         """The next idle instance; waits while every instance is busy."""
@@ -43,10 +50,21 @@ class InstancePool:
     async def run(
         self, instance: ModelInstance, inputs: dict[str, np.ndarray], output_names: list[str]
     ) -> tuple[dict[str, np.ndarray], ExecutionTiming]:
-        """Run ``instance`` on its worker thread; returns the outputs and compute timing."""
+        """Run ``instance``; returns the outputs and compute timing.
+
+        An execution normally goes to the instance's worker thread. When this model's executions take
+        less than the hop to a thread and back costs, and there is a single instance, it runs right
+        here on the event loop instead: waiting for the thread would cost more than the model.
+        """
         timing = ExecutionTiming()
-        loop = asyncio.get_running_loop()
-        outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
+        if self._inline:
+            outputs = instance.run(inputs, output_names, timing)
+        else:
+            loop = asyncio.get_running_loop()
+            outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
+        spent = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        self._average_ns += (spent - self._average_ns) * _SMOOTHING
+        self._inline = self.count == 1 and self._average_ns < INLINE_BELOW_NS
         return outputs, timing
 
     def close(self) -> None:
