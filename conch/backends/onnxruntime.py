@@ -22,6 +22,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.placement import CPU, Placement
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
@@ -98,15 +99,29 @@ def _int_param(params: dict[str, str], key: str, default: int) -> int:
         raise InvalidArgumentError(f"parameters '{key}' must be an integer, got '{params[key]}'") from None
 
 
-def open_session(model_file: Path, config: mc.ModelConfig) -> ort.InferenceSession:
-    """Load a model file; a file that is not ONNX becomes a 400 without the file's path in it."""
+def open_session(
+    model_file: Path, config: mc.ModelConfig, placement: Placement = CPU
+) -> ort.InferenceSession:
+    """Load a model file on ``placement``; a file that is not ONNX becomes a 400 without its path.
+
+    A GPU placement uses ONNX Runtime's CUDA provider when ``onnxruntime-gpu`` provides it; otherwise
+    the session runs on the CPU (see :func:`gpu_available`).
+    """
+    providers: list[str | tuple[str, dict[str, str]]] = ["CPUExecutionProvider"]
+    if placement.gpu and gpu_available():
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": str(placement.device_id)}))
     try:
         return ort.InferenceSession(
-            str(model_file), sess_options=session_options(config), providers=["CPUExecutionProvider"]
+            str(model_file), sess_options=session_options(config), providers=providers
         )
     except _LOAD_ERRORS as exc:
         reason = str(exc).replace(str(model_file.parent) + os.sep, "")
         raise InvalidArgumentError(f"{model_file.name} is not a loadable ONNX model: {reason}") from None
+
+
+def gpu_available() -> bool:
+    """Whether this ONNX Runtime build has the CUDA provider (the ``onnxruntime-gpu`` package)."""
+    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def read_signature(session: ort.InferenceSession) -> ModelSignature:

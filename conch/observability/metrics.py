@@ -82,6 +82,11 @@ class InferenceStatisticsCollector(Collector):
         pending = GaugeMetricFamily(
             "nv_inference_pending_request_count", "Instantaneous number of pending requests", labels=_LABELS
         )
+        fallback = GaugeMetricFamily(
+            "conch_gpu_fallback_instances",
+            "Instances configured KIND_GPU that run on the CPU because no CUDA provider is available",
+            labels=_LABELS,
+        )
         for stats in self._statistics():
             labels = [stats.name, stats.version]
             success.add_metric(labels, stats.success.count)
@@ -92,7 +97,8 @@ class InferenceStatisticsCollector(Collector):
             for family, (_, _, pick) in zip(durations, _DURATIONS, strict=True):
                 family.add_metric(labels, pick(stats).ns // 1000)
             pending.add_metric(labels, stats.pending)
-        yield from (success, failure, count, executions, *durations, pending)
+            fallback.add_metric(labels, stats.gpu_fallback_instances)
+        yield from (success, failure, count, executions, *durations, pending, fallback)
         yield from self._histograms()
 
     def _histograms(self) -> Iterator[Metric]:

@@ -101,6 +101,7 @@ class ModelStatistics:
     batches: dict[int, BatchStatistics] = field(default_factory=dict)
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     pending: int = 0
+    gpu_fallback_instances: int = 0
     request_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
     queue_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
     batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))

@@ -14,6 +14,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
+from conch.backends.placement import instance_placements
 from conch.core.errors import ConchError, NotFoundError
 from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
@@ -120,15 +121,14 @@ class ModelRepository:
         try:
             if not model_file.is_file():
                 raise NotFoundError(f"version {number} has no {config.default_model_filename}")
-            session = ort_backend.open_session(model_file, config)
+            placements = instance_placements(config)
+            session = ort_backend.open_session(model_file, config, placements[0])
             signature = ort_backend.read_signature(session)
             autocomplete.complete_from_signature(
                 config, signature, fields, self.options.default_max_batch_size
             )
             config_validation.check_against_signature(config, signature)
-            sessions = [session] + [
-                ort_backend.open_session(model_file, config) for _ in range(_instance_count(config) - 1)
-            ]
+            sessions = [session] + [ort_backend.open_session(model_file, config, p) for p in placements[1:]]
         except ConchError as exc:
             version.reason = exc.message
             log.error("model '%s' version %d is UNAVAILABLE: %s", folder.name, number, exc.message)
@@ -138,9 +138,15 @@ class ModelRepository:
             config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
         )
         version.state = ModelState.READY
-        log.info("model '%s' version %d is READY (%d instance(s))", folder.name, number, len(instances))
+        wanted_gpus = sum(p.gpu for p in placements)
+        if wanted_gpus and not ort_backend.gpu_available():
+            version.statistics.gpu_fallback_instances = wanted_gpus
+            log.warning(
+                "model '%s' version %d asks for %d GPU instance(s) but this ONNX Runtime has no CUDA "
+                "provider (install onnxruntime-gpu); they run on the CPU",
+                folder.name,
+                number,
+                wanted_gpus,
+            )
+        log.info("model '%s' version %d is READY (%s)", folder.name, number, ", ".join(map(str, placements)))
         return version
-
-
-def _instance_count(config: mc.ModelConfig) -> int:
-    return sum(group.count for group in config.instance_group) or 1
