@@ -1,5 +1,6 @@
 # Two commands: `make serve` sets up and serves the bundled example repository; `make test` sets up
-# and runs the tests. Both create .venv on first use.
+# and runs the tests. Both create .venv on first use. `make bench` compares conch with Triton, MLServer
+# and a naive server on this machine (~10 minutes; see bench/README.md; BENCH_ARGS="--quick" etc.).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -19,6 +20,9 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Source files the peer servers load: copied into their model repositories, never imported by the harness."""

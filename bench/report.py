@@ -1,0 +1,201 @@
+"""The Markdown report: throughput table, latency, ratios to the peers and to the raw ONNX Runtime limit.
+
+Rows are (server, protocol), columns (model, concurrency). Ratios compare cells of one run only: absolute
+figures drift between machines and between runs, ratios measured side by side much less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bench.loadgen import LoadResult
+from bench.ort_limit import OrtLimit
+
+CONCURRENCIES = (1, 32)
+PROTOCOLS = {"http": "HTTP JSON, wrk", "grpc": "gRPC, perf_analyzer"}
+BATCHED = 32
+MISSING = "-"
+OVERHEAD_NOTE = (
+    "p50 at c=1 minus the model's compute: per request as the server reports it (`compute_infer` from "
+    "`/v2/models/MODEL/stats`, read before and after the point; for Triton's python backend it includes "
+    "the stub round trip), and as raw ONNX Runtime measures one batch-1 call (the same for every server). "
+    "The server's figure is a mean, p50 a median: a small negative overhead is noise.\n\n"
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cell: the load result and the server's own compute time per request meanwhile (if it says)."""
+
+    load: LoadResult
+    compute_ms: float | None = None
+
+
+@dataclass
+class Row:
+    """One (server, protocol) line; ``note`` replaces every cell (e.g. "not installable: ...")."""
+
+    peer: str
+    server: str
+    protocol: str
+    cells: dict[tuple[str, int], Point] = field(default_factory=dict)
+    note: str | None = None
+
+    def throughput(self, model: str, concurrency: int) -> float | None:
+        point = self.cells.get((model, concurrency))
+        return point.load.throughput if point is not None and point.load.ok else None
+
+
+@dataclass
+class BenchResults:
+    """Everything one run measured, in the order it was measured."""
+
+    started: str
+    machine: list[str]
+    method: list[str]
+    models: list[str]
+    ort: dict[str, dict[int, OrtLimit]] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    def row(self, peer: str, protocol: str) -> Row | None:
+        return next((row for row in self.rows if row.peer == peer and row.protocol == protocol), None)
+
+
+def render(results: BenchResults) -> str:
+    """The whole report as Markdown."""
+    sections = [
+        f"# conch benchmark, {results.started}",
+        "## Machine and versions\n\n" + _bullets(results.machine),
+        "## How\n\n" + _bullets(results.method),
+        "## Throughput, inferences per second (batch 1 per request)\n\n" + throughput_table(results),
+        "## Latency p50 / p99, milliseconds\n\n" + latency_table(results),
+        "## Ratios\n\n" + ratio_table(results),
+        f"## Share of the raw batched ONNX Runtime limit, mlp c={BATCHED}\n\n" + limit_table(results),
+        "## Server overhead at c=1\n\n" + OVERHEAD_NOTE + overhead_table(results),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _columns(results: BenchResults) -> list[tuple[str, int]]:
+    return [(model, concurrency) for model in results.models for concurrency in CONCURRENCIES]
+
+
+def _table(header: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
+    rows = [header, ["---"] * len(header), *lines]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def _bullets(lines: Iterable[str]) -> str:
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    if numerator is None or not denominator:
+        return MISSING
+    return f"{numerator / denominator:.2f}x"
+
+
+def _cell(row: Row, key: tuple[str, int], show: str) -> str:
+    if row.note is not None:
+        return row.note
+    point = row.cells.get(key)
+    if point is None:
+        return MISSING
+    load = point.load
+    if not load.ok:
+        return f"failed: {load.failure}"
+    text = _number(load.throughput) if show == "throughput" else f"{load.p50_ms:.2f} / {load.p99_ms:.2f}"
+    return f"{text} ({load.note})" if load.note else text
+
+
+def throughput_table(results: BenchResults) -> str:
+    """Raw ORT first (batch 1 under c=1, batch 32 under c=32), then every (server, protocol) row."""
+    columns = _columns(results)
+    header = ["server", "protocol / load", *(f"{model} c={c}" for model, c in columns)]
+    raw = ["raw ONNX Runtime in-process (no server)", "batch 1 / batch 32"]
+    for model, concurrency in columns:
+        limit = results.ort.get(model, {}).get(1 if concurrency == 1 else BATCHED)
+        raw.append(
+            MISSING if limit is None else _number(limit.throughput) + (" (b32)" if limit.batch > 1 else "")
+        )
+    lines = [raw] + [
+        [row.server, PROTOCOLS[row.protocol], *(_cell(row, key, "throughput") for key in columns)]
+        for row in results.rows
+    ]
+    return _table(header, lines)
+
+
+def latency_table(results: BenchResults) -> str:
+    """p50 / p99 of each cell, as the load generator saw them."""
+    columns = _columns(results)
+    header = ["server", "protocol / load", *(f"{model} c={c}" for model, c in columns)]
+    lines = [
+        [row.server, PROTOCOLS[row.protocol], *(_cell(row, key, "latency") for key in columns)]
+        for row in results.rows
+    ]
+    return _table(header, lines)
+
+
+def ratio_table(results: BenchResults) -> str:
+    """conch's throughput over each peer's, cell by cell, same protocol (>1: conch serves more)."""
+    columns = _columns(results)
+    header = ["conch / peer", *(f"{model} c={c}" for model, c in columns)]
+    lines = []
+    for peer, protocol in (("triton", "http"), ("triton", "grpc"), ("mlserver", "http"), ("naive", "http")):
+        conch, other = results.row("conch", protocol), results.row(peer, protocol)
+        if conch is None or other is None:
+            continue
+        name = f"conch / {other.server}, {PROTOCOLS[protocol]}"
+        if other.note is not None:
+            lines.append([name, *([other.note] * len(columns))])
+            continue
+        lines.append([name, *(_ratio(conch.throughput(*key), other.throughput(*key)) for key in columns)])
+    return _table(header, lines) if lines else "Nothing to compare: conch or its peers were not run."
+
+
+def limit_table(results: BenchResults) -> str:
+    """Each row's mlp c=32 throughput over raw ONNX Runtime at batch 32: how much batching recovers."""
+    limit = results.ort.get("mlp", {}).get(BATCHED)
+    if limit is None:
+        return "Not measured: the mlp model was not selected."
+    lines = [
+        [row.server, PROTOCOLS[row.protocol], _number(value), f"{value / limit.throughput:.0%}"]
+        for row in results.rows
+        if (value := row.throughput("mlp", BATCHED)) is not None
+    ]
+    intro = f"Raw ONNX Runtime, mlp batch {BATCHED}: {_number(limit.throughput)} inferences/s.\n\n"
+    return intro + _table(["server", "protocol / load", f"mlp c={BATCHED}", "share of limit"], lines)
+
+
+def overhead_table(results: BenchResults) -> str:
+    """p50 at c=1 minus the model's compute, see ``OVERHEAD_NOTE``."""
+    header = ["server", "protocol / load", "model", "p50 ms", "p99 ms", "server compute ms"]
+    header += ["overhead vs server compute ms", "raw ORT b1 ms", "overhead vs raw ORT ms"]
+    lines = []
+    for row in results.rows:
+        for model in results.models:
+            point = row.cells.get((model, 1))
+            if row.note is not None or point is None or not point.load.ok:
+                continue
+            p50 = point.load.p50_ms
+            raw = results.ort.get(model, {}).get(1)
+            compute = point.compute_ms
+            lines.append(
+                [
+                    row.server,
+                    PROTOCOLS[row.protocol],
+                    model,
+                    f"{p50:.3f}",
+                    f"{point.load.p99_ms:.3f}",
+                    MISSING if compute is None else f"{compute:.3f}",
+                    MISSING if compute is None else f"{p50 - compute:.3f}",
+                    MISSING if raw is None else f"{raw.median_call_ms:.3f}",
+                    MISSING if raw is None else f"{p50 - raw.median_call_ms:.3f}",
+                ]
+            )
+    return _table(header, lines) if lines else "No c=1 point was measured."
