@@ -129,14 +129,14 @@ class ModelRepository:
             )
             config_validation.check_against_signature(config, signature)
             sessions = [session] + [ort_backend.open_session(model_file, config, p) for p in placements[1:]]
+            instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
+            version.scheduler = create_scheduler(
+                config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
+            )
         except ConchError as exc:
             version.reason = exc.message
             log.error("model '%s' version %d is UNAVAILABLE: %s", folder.name, number, exc.message)
             return version
-        instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-        version.scheduler = create_scheduler(
-            config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
-        )
         version.state = ModelState.READY
         wanted_gpus = sum(p.gpu for p in placements)
         if wanted_gpus and not ort_backend.gpu_available():

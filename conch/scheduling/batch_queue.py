@@ -15,6 +15,11 @@ Rules, from Triton's ``dynamic_batching``:
 - A batch is sent whole when it is full, when the next request cannot join it, or once its oldest
   request has waited ``max_queue_delay_microseconds``. Before that, a prefix whose rows make a
   preferred size is sent at once (the longest such prefix).
+- conch's one addition, on by default: a batch does not wait for company that is not coming. When
+  requests have been arriving further apart (moving average) than ``max_queue_delay_microseconds``,
+  a lone client would only pay the delay, so the batch is sent at once. Under load the gaps shrink
+  and the delay applies as configured. ``parameters { key: "adaptive_queue_delay" value:
+  { string_value: "false" } }`` restores Triton's fixed wait.
 - A full queue (``max_queue_size``) refuses a request at once. A request past its timeout is
   rejected (``REJECT``) or moved behind the others (``DELAY``).
 """
@@ -66,6 +71,7 @@ class BatchingSettings:
     default_priority_level: int = 0
     policies: dict[int, QueuePolicy] = field(default_factory=dict)
     default_policy: QueuePolicy = QueuePolicy()
+    adaptive_queue_delay: bool = True
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> BatchingSettings:
@@ -83,6 +89,7 @@ class BatchingSettings:
                 for level, policy in batching.priority_queue_policy.items()
             },
             default_policy=QueuePolicy.from_config(batching.default_queue_policy),
+            adaptive_queue_delay=_flag(config, "adaptive_queue_delay", default=True),
         )
 
     def policy(self, level: int) -> QueuePolicy:
@@ -107,6 +114,18 @@ class PendingRequest:
         return self.request.rows
 
 
+_GAP_SMOOTHING = 0.2
+
+
+def _flag(config: mc.ModelConfig, key: str, default: bool) -> bool:
+    if key not in config.parameters:
+        return default
+    value = config.parameters[key].string_value.strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        raise InvalidArgumentError(f"parameters '{key}' must be true or false, got '{value}'")
+    return value in ("true", "1")
+
+
 def shape_key(request: ScheduledRequest) -> tuple[Any, ...]:
     """What must be equal for two requests to share a batch: input names, dtypes, non-batch shapes."""
     return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(request.inputs.items()))
@@ -121,6 +140,8 @@ class BatchQueue:
         self._queues: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
         self._delayed: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
         self._sequence = 0
+        self._last_arrival_ns: int | None = None
+        self._mean_gap_ns = 0.0
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self._lanes())
@@ -152,6 +173,7 @@ class BatchQueue:
         )
         self._sequence += 1
         queue.append(pending)
+        self._note_arrival(now)
         return pending
 
     def expire(self, now: int) -> list[PendingRequest]:
@@ -192,7 +214,7 @@ class BatchQueue:
             if rows in preferred:
                 preferred_count = count
         send_at = head.enqueued_ns + self.settings.max_queue_delay_ns
-        if rows >= self.settings.max_batch_size or blocked or now >= send_at:
+        if rows >= self.settings.max_batch_size or blocked or now >= send_at or self._company_unlikely():
             return self._take(count), None
         if preferred_count:
             return self._take(preferred_count), None
@@ -212,6 +234,20 @@ class BatchQueue:
                 f"priority {requested} is out of range; the model has {self.settings.priority_levels} levels"
             )
         return requested
+
+    def _note_arrival(self, now: int) -> None:
+        if self._last_arrival_ns is not None:
+            gap = now - self._last_arrival_ns
+            self._mean_gap_ns += (gap - self._mean_gap_ns) * _GAP_SMOOTHING
+        self._last_arrival_ns = now
+
+    def _company_unlikely(self) -> bool:
+        # Before a second arrival there is no gap to judge by: wait, as configured.
+        return (
+            self.settings.adaptive_queue_delay
+            and self._sequence > 1
+            and self._mean_gap_ns > self.settings.max_queue_delay_ns
+        )
 
     def drain(self) -> list[PendingRequest]:
         """Remove and return every pending request (on shutdown, so none waits forever)."""

@@ -406,3 +406,53 @@ def test_the_ticket_travels_with_the_request() -> None:
     batch, _ = queue.next_batch(0)
 
     assert batch[0].ticket is ticket
+
+
+ADAPTIVE = "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 500 }"
+
+
+def sent_without_waiting(queue: BatchQueue, arrivals_us: list[int]) -> list[bool]:
+    """For each arrival (at its time, queue otherwise empty): was it sent at once?"""
+    answers = []
+    for at in arrivals_us:
+        request = scheduled()
+        queue.add(request, now=at * US)
+        batch, _ = queue.next_batch(at * US)
+        answers.append(requests_of(batch) == [request])
+        if not batch:
+            queue.next_batch((at + 500) * US)
+    return answers
+
+
+def test_a_lone_client_stops_paying_the_delay_once_its_gaps_are_known() -> None:
+    # One client, a request every 2 ms: nobody can join within 500 us.
+    answers = sent_without_waiting(BatchQueue(settings(ADAPTIVE)), [2000 * i for i in range(12)])
+
+    assert answers[0] is False, "with no history the configured delay applies"
+    assert answers[-1] is True
+
+
+def test_under_load_the_delay_applies_as_configured() -> None:
+    queue = BatchQueue(settings(ADAPTIVE))
+    for at in range(0, 140, 20):  # seven requests 20 us apart: company keeps coming
+        queue.add(scheduled(), now=at * US)
+
+    batch, wake_at = queue.next_batch(120 * US)
+
+    assert batch == []
+    assert wake_at == 500 * US
+
+
+def test_adaptive_queue_delay_can_be_turned_off() -> None:
+    text = ADAPTIVE + ' parameters { key: "adaptive_queue_delay" value: { string_value: "false" } }'
+
+    answers = sent_without_waiting(BatchQueue(settings(text)), [2000 * i for i in range(12)])
+
+    assert not any(answers)
+
+
+def test_adaptive_queue_delay_must_be_a_boolean() -> None:
+    text = ADAPTIVE + ' parameters { key: "adaptive_queue_delay" value: { string_value: "sometimes" } }'
+
+    with pytest.raises(InvalidArgumentError, match="adaptive_queue_delay"):
+        settings(text)
