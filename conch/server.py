@@ -147,7 +147,6 @@ def _tensor_metadata(entry: Any, batch: list[int]) -> dict[str, Any]:
 
 
 def _failure_reason(exc: ConchError) -> str:
-    # Triton's nv_inference_request_failure reasons: REJECTED, CANCELED, BACKEND, OTHER.
-    if exc.kind.http_status in (400, 404):
-        return "REJECTED"
-    return "BACKEND" if exc.kind.http_status == 500 else "OTHER"
+    # Triton's nv_inference_request_failure reasons: a request refused before it ran (bad input, a
+    # full queue, a queue timeout) is REJECTED; one the model failed on is BACKEND.
+    return "BACKEND" if exc.kind.http_status == 500 else "REJECTED"
