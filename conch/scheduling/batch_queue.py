@@ -16,9 +16,9 @@ Rules, from Triton's ``dynamic_batching``:
   request has waited ``max_queue_delay_microseconds``. Before that, a prefix whose rows make a
   preferred size is sent at once (the longest such prefix).
 - conch's one addition, on by default: a batch does not wait for company that is not coming. When
-  requests have been arriving further apart (moving average) than ``max_queue_delay_microseconds``,
-  a lone client would only pay the delay, so the batch is sent at once. Under load the gaps shrink
-  and the delay applies as configured. ``parameters { key: "adaptive_queue_delay" value:
+  the recent batches (moving average) held a single request, a lone client would only pay the
+  delay, so the batch is sent at once. As soon as requests queue up behind a busy instance, batches
+  grow and the delay applies as configured. ``parameters { key: "adaptive_queue_delay" value:
   { string_value: "false" } }`` restores Triton's fixed wait.
 - A full queue (``max_queue_size``) refuses a request at once. A request past its timeout is
   rejected (``REJECT``) or moved behind the others (``DELAY``).
@@ -114,7 +114,9 @@ class PendingRequest:
         return self.request.rows
 
 
-_GAP_SMOOTHING = 0.2
+_SMOOTHING = 0.2  # weight of the newest batch in the moving average of requests per batch
+_HISTORY = 4  # batches sent before the average is trusted
+_LONE = 1.5  # below this many requests per batch on average, clients are taken to be alone
 
 
 def _flag(config: mc.ModelConfig, key: str, default: bool) -> bool:
@@ -140,8 +142,8 @@ class BatchQueue:
         self._queues: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
         self._delayed: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
         self._sequence = 0
-        self._last_arrival_ns: int | None = None
-        self._mean_gap_ns = 0.0
+        self._batches_sent = 0
+        self._mean_batch_requests = 0.0
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self._lanes())
@@ -173,7 +175,6 @@ class BatchQueue:
         )
         self._sequence += 1
         queue.append(pending)
-        self._note_arrival(now)
         return pending
 
     def expire(self, now: int) -> list[PendingRequest]:
@@ -235,18 +236,12 @@ class BatchQueue:
             )
         return requested
 
-    def _note_arrival(self, now: int) -> None:
-        if self._last_arrival_ns is not None:
-            gap = now - self._last_arrival_ns
-            self._mean_gap_ns += (gap - self._mean_gap_ns) * _GAP_SMOOTHING
-        self._last_arrival_ns = now
-
     def _company_unlikely(self) -> bool:
-        # Before a second arrival there is no gap to judge by: wait, as configured.
+        # Until a few batches have gone there is no history to judge by: wait, as configured.
         return (
             self.settings.adaptive_queue_delay
-            and self._sequence > 1
-            and self._mean_gap_ns > self.settings.max_queue_delay_ns
+            and self._batches_sent >= _HISTORY
+            and self._mean_batch_requests < _LONE
         )
 
     def drain(self) -> list[PendingRequest]:
@@ -268,6 +263,9 @@ class BatchQueue:
         for lane in self._lanes():
             while lane and len(taken) < count:
                 taken.append(lane.popleft())
+        if taken:
+            self._batches_sent += 1
+            self._mean_batch_requests += (len(taken) - self._mean_batch_requests) * _SMOOTHING
         return taken
 
     def _deadlines(self) -> list[int]:

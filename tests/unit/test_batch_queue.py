@@ -424,17 +424,32 @@ def sent_without_waiting(queue: BatchQueue, arrivals_us: list[int]) -> list[bool
     return answers
 
 
-def test_a_lone_client_stops_paying_the_delay_once_its_gaps_are_known() -> None:
-    # One client, a request every 2 ms: nobody can join within 500 us.
+def test_a_lone_client_stops_paying_the_delay_once_its_batches_are_single() -> None:
+    # One client, a request every 2 ms: nobody joins its batches.
     answers = sent_without_waiting(BatchQueue(settings(ADAPTIVE)), [2000 * i for i in range(12)])
 
-    assert answers[0] is False, "with no history the configured delay applies"
+    assert answers[:4] == [False] * 4, "with no history the configured delay applies"
     assert answers[-1] is True
+
+
+def test_once_requests_queue_up_the_delay_applies_again() -> None:
+    queue = BatchQueue(settings(ADAPTIVE))
+    sent_without_waiting(queue, [2000 * i for i in range(12)])
+    for _ in range(5):  # a burst: five requests queued behind a busy instance go as one batch
+        queue.add(scheduled(), now=30_000 * US)
+    burst, _ = queue.next_batch(30_000 * US)
+    assert len(burst) == 5
+
+    queue.add(scheduled(), now=31_000 * US)
+    batch, wake_at = queue.next_batch(31_000 * US)
+
+    assert batch == []
+    assert wake_at == 31_500 * US
 
 
 def test_under_load_the_delay_applies_as_configured() -> None:
     queue = BatchQueue(settings(ADAPTIVE))
-    for at in range(0, 140, 20):  # seven requests 20 us apart: company keeps coming
+    for at in range(0, 140, 20):  # seven requests 20 us apart
         queue.add(scheduled(), now=at * US)
 
     batch, wake_at = queue.next_batch(120 * US)
