@@ -16,7 +16,7 @@ import numpy as np
 from conch.core.types import ExecutionTiming
 
 #: Executions faster than this (moving average) run on the event loop: a thread hop costs ~30-60 us.
-INLINE_BELOW_NS = 60_000
+INLINE_BELOW_NS = 200_000
 _SMOOTHING = 0.1
 
 
