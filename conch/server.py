@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ class InferenceServer:
         self.repository = repository
         self.options = options or ServerOptions()
         self.started = False
+        #: Where statistics come from when this process is one of several workers (None: here).
+        self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
 
     def live(self) -> bool:
         return True
@@ -84,8 +87,11 @@ class InferenceServer:
         """The ready version a request for ``name``/``version`` goes to."""
         return self.repository.model(name).ready_version(version)
 
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics JSON for one model (and version) or, with no name, all of them."""
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics JSON for one model (and version) or, with no name, all of them.
+
+        With several worker processes, the figures are every worker's, summed.
+        """
         if name:
             model = self.repository.model(name)
             versions = (
@@ -95,7 +101,10 @@ class InferenceServer:
             versions = [
                 v for _, m in sorted(self.repository.models.items()) for _, v in sorted(m.versions.items())
             ]
-        return {"model_stats": [v.statistics.to_json() for v in versions if v.ready]}
+        gathered = await self.statistics_source() if self.statistics_source else self.all_statistics()
+        by_version = {(s.name, s.version): s for s in gathered}
+        wanted = [by_version.get((v.name, str(v.version))) for v in versions if v.ready]
+        return {"model_stats": [stats.to_json() for stats in wanted if stats is not None]}
 
     def all_statistics(self) -> list[ModelStatistics]:
         """Statistics objects of every loaded version, for the metrics collector."""

@@ -12,7 +12,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,9 +22,11 @@ import uvicorn
 import uvloop
 from prometheus_client import make_asgi_app
 
+from conch.control_channel import ControlChannel
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
 from conch.observability.metrics import create_registry
+from conch.observability.statistics import ModelStatistics
 from conch.repository.model_repository import ModelRepository, RepositoryOptions
 from conch.server import InferenceServer, ServerOptions
 
@@ -74,22 +76,45 @@ def model_table(repository: ModelRepository) -> str:
     return "\n".join([line, body[0], line, *body[1:], line])
 
 
-async def serve(settings: ServeSettings) -> None:
-    """Load the repository, serve until SIGINT or SIGTERM, then stop cleanly."""
-    http_socket = _listen(settings.host, settings.http_port, "HTTP")
-    metrics_socket = _listen(settings.host, settings.metrics_port, "metrics")
+@dataclass
+class WorkerLink:
+    """What a worker process gets from the supervisor: the shared HTTP socket and two channels."""
+
+    index: int
+    http_socket: socket.socket
+    statistics_requests: ControlChannel  # the supervisor asks this worker for its statistics
+    aggregate: ControlChannel  # this worker asks the supervisor for everyone's statistics
+
+
+async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
+    """Load the repository, serve until SIGINT or SIGTERM, then stop cleanly.
+
+    As one of several workers, HTTP comes on the supervisor's socket, gRPC shares its port with the
+    other workers (``SO_REUSEPORT``), and the supervisor serves the metrics port.
+    """
+    http_socket = worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")
+    metrics_socket = None if worker else listen(settings.host, settings.metrics_port, "metrics")
     repository = ModelRepository(
         settings.repository, RepositoryOptions(default_max_batch_size=settings.default_max_batch_size)
     )
     server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
     try:
-        grpc_server = create_grpc_server(server, f"{settings.host}:{settings.grpc_port}")
+        grpc_server = create_grpc_server(
+            server, f"{settings.host}:{settings.grpc_port}", reuse_port=worker is not None
+        )
     except RuntimeError:
         raise ServeError(f"cannot listen on {settings.host}:{settings.grpc_port} (gRPC)") from None
     repository.load_all()
-    print(model_table(repository), flush=True)
-    http = _Uvicorn(_uvicorn_config(HttpFrontend(server)))
-    metrics = _Uvicorn(_uvicorn_config(make_asgi_app(create_registry(server.all_statistics))))
+    if worker is None or worker.index == 0:
+        print(model_table(repository), flush=True)
+    servers = [_Uvicorn(_uvicorn_config(HttpFrontend(server)))]
+    tasks = []
+    if worker is None:
+        assert metrics_socket is not None
+        servers.append(_Uvicorn(_uvicorn_config(make_asgi_app(create_registry(server.all_statistics)))))
+    else:
+        server.statistics_source = lambda: worker.aggregate.ask("statistics")
+        tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
     await grpc_server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -97,26 +122,35 @@ async def serve(settings: ServeSettings) -> None:
         loop.add_signal_handler(sig, stopping.set)
     # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.
     server.started = True
-    tasks = [
-        asyncio.create_task(http.serve(sockets=[http_socket])),
-        asyncio.create_task(metrics.serve(sockets=[metrics_socket])),
-    ]
+    sockets = [http_socket] if metrics_socket is None else [http_socket, metrics_socket]
+    serving = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
     log.info(
-        "serving: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
+        "serving%s: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
+        f" (worker {worker.index})" if worker else "",
         *(settings.host, settings.http_port, settings.host, settings.grpc_port),
         *(settings.host, settings.metrics_port),
     )
-    await asyncio.wait([asyncio.create_task(stopping.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([asyncio.create_task(stopping.wait()), *serving], return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
     server.started = False
-    http.should_exit = metrics.should_exit = True
+    for each in servers:
+        each.should_exit = True
     await grpc_server.stop(grace=5)
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*serving, return_exceptions=True)
+    for task in tasks:
+        task.cancel()
     repository.close()
     log.info("stopped")
 
 
-def _listen(host: str, port: int, what: str) -> socket.socket:
+def _own_statistics(server: InferenceServer) -> Callable[[object], Awaitable[list[ModelStatistics]]]:
+    async def respond(_question: object) -> list[ModelStatistics]:
+        return server.all_statistics()
+
+    return respond
+
+
+def listen(host: str, port: int, what: str) -> socket.socket:
     """A bound, listening socket, so a taken port is one clear error before any model loads."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

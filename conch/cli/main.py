@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(_env("DEFAULT_MAX_BATCH_SIZE", "4")),
         help="max_batch_size given to auto-completed batching models (CONCH_DEFAULT_MAX_BATCH_SIZE)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(_env("WORKERS", "1")),
+        help="worker processes sharing the ports; raise it when one process cannot keep up with gRPC "
+        "or HTTP traffic (CONCH_WORKERS, default 1)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
     return parser
 
@@ -73,18 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     if not repository.is_dir():
         print(f"conch: model repository '{args.repository}' is not a folder", file=sys.stderr)
         return 2
+    settings = serving.ServeSettings(
+        repository=repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        strict_readiness=args.strict_readiness,
+        default_max_batch_size=args.default_max_batch_size,
+    )
+    if args.workers < 1:
+        print("conch: --workers must be at least 1", file=sys.stderr)
+        return 2
     try:
-        serving.run(
-            serving.ServeSettings(
-                repository=repository,
-                host=args.host,
-                http_port=args.http_port,
-                grpc_port=args.grpc_port,
-                metrics_port=args.metrics_port,
-                strict_readiness=args.strict_readiness,
-                default_max_batch_size=args.default_max_batch_size,
-            )
-        )
+        if args.workers == 1:
+            serving.run(settings)
+        else:
+            from conch.workers import run_workers
+
+            run_workers(settings, args.workers)
     except serving.ServeError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from conch.core.types import ExecutionTiming
@@ -27,6 +28,9 @@ class Duration:
 
     def to_json(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
+
+    def add_from(self, other: Duration) -> None:
+        self.add(other.ns, other.count)
 
 
 #: Latency buckets in seconds, from 100 us (a tiny model) to 10 s (an overloaded queue).
@@ -65,6 +69,10 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def add_from(self, other: Histogram) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.sum += other.sum
+
     def cumulative(self) -> list[tuple[str, int]]:
         """``(le, count)`` pairs as Prometheus expects them, ending with ``+Inf``."""
         total, buckets = 0, []
@@ -81,6 +89,11 @@ class BatchStatistics:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+
+    def add_from(self, other: BatchStatistics) -> None:
+        self.compute_input.add_from(other.compute_input)
+        self.compute_infer.add_from(other.compute_infer)
+        self.compute_output.add_from(other.compute_output)
 
 
 @dataclass
@@ -105,6 +118,20 @@ class ModelStatistics:
     request_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
     queue_seconds: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
     batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
+
+    def add(self, other: ModelStatistics) -> None:
+        """Add another worker's figures for the same model version to these."""
+        for item in fields(self):
+            mine, theirs = getattr(self, item.name), getattr(other, item.name)
+            if isinstance(mine, Duration | Histogram):
+                mine.add_from(theirs)
+            elif isinstance(mine, int) and item.name != "last_inference_ms":
+                setattr(self, item.name, mine + theirs)
+        self.last_inference_ms = max(self.last_inference_ms, other.last_inference_ms)
+        for reason, count in other.failures_by_reason.items():
+            self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + count
+        for size, batch in other.batches.items():
+            self.batches.setdefault(size, BatchStatistics()).add_from(batch)
 
     def record_execution(self, batch_size: int, requests: int, timing: ExecutionTiming) -> None:
         """One model execution that served ``requests`` requests totalling ``batch_size`` rows."""
@@ -165,3 +192,15 @@ class ModelStatistics:
             ],
             "memory_usage": [],
         }
+
+
+def merge_statistics(groups: Iterable[Iterable[ModelStatistics]]) -> list[ModelStatistics]:
+    """One :class:`ModelStatistics` per model version, summed over the groups (one per worker)."""
+    merged: dict[tuple[str, str], ModelStatistics] = {}
+    for group in groups:
+        for stats in group:
+            total = merged.get((stats.name, stats.version))
+            if total is None:
+                merged[(stats.name, stats.version)] = total = ModelStatistics(stats.name, stats.version)
+            total.add(stats)
+    return list(merged.values())

@@ -24,6 +24,8 @@ from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.metrics_scrape import scrape
 from tests.integration.server_process import ServerProcess
 
+# These models test Triton's fixed queue delay, so conch's adaptive delay is off for them.
+FIXED_DELAY = 'parameters { key: "adaptive_queue_delay" value: { string_value: "false" } }'
 CONFIGS = {
     "batched": """
 max_batch_size: 16
@@ -80,7 +82,10 @@ def server(
 ) -> ServerProcess:
     root = write_repository(
         tmp_path_factory.mktemp("batching") / "models",
-        {name: (add_sub_model(), f'name: "{name}"\n{config}') for name, config in CONFIGS.items()},
+        {
+            name: (add_sub_model(), f'name: "{name}"\n{config}\n{FIXED_DELAY}')
+            for name, config in CONFIGS.items()
+        },
     )
     return start_server(root)
 

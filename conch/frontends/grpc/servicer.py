@@ -64,7 +64,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:
-        stats = await _call(context, lambda: self.server.statistics(request.name, request.version))
+        try:
+            stats = await self.server.statistics(request.name, request.version)
+        except ConchError as exc:
+            await _abort(context, exc)
+            raise
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     async def RepositoryIndex(
@@ -144,14 +148,18 @@ async def _abort(context: Any, exc: ConchError) -> None:
     await context.abort(STATUS_CODES[exc.kind], exc.message)
 
 
-def create_grpc_server(server: InferenceServer, address: str) -> grpc.aio.Server:
-    """A ``grpc.aio`` server bound to ``address`` with the inference service registered."""
+def create_grpc_server(server: InferenceServer, address: str, reuse_port: bool = False) -> grpc.aio.Server:
+    """A ``grpc.aio`` server bound to ``address`` with the inference service registered.
+
+    ``reuse_port`` lets several worker processes listen on the same port; otherwise a port already
+    taken is an error rather than silently shared.
+    """
     limit = 512 * 1024 * 1024
     grpc_server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
         ]
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)

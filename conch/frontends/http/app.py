@@ -69,7 +69,8 @@ class HttpFrontend:
             ready_only = bool(_json_object(body).get("ready", False)) if body else False
             return _json(200, self.server.repository_index(ready_only))
         if route == ["models", "stats"]:
-            return _get_json(method, self.server.statistics)
+            _require(method, "GET")
+            return _json(200, await self.server.statistics())
         if route[0] == "models" and len(route) >= 2:
             return await self._model_route(scope, receive, method, route[1], route[2:])
         raise NotFoundError(f"no route for {scope['path']}")
@@ -90,7 +91,8 @@ class HttpFrontend:
         if action == "config":
             return _get_json(method, lambda: self.server.model_config(name, version))
         if action == "stats":
-            return _get_json(method, lambda: self.server.statistics(name, version))
+            _require(method, "GET")
+            return _json(200, await self.server.statistics(name, version))
         if action == "infer":
             _require(method, "POST")
             return await self._infer(scope, receive, name, version)

@@ -1,0 +1,158 @@
+"""``conch serve --workers N``: N worker processes behind the same ports, and a supervisor.
+
+Why: Python's gRPC server spends about half a millisecond of one core per call (measured with a
+handler that does nothing), so one process caps gRPC throughput whatever the model. Workers each load
+the repository and serve HTTP and gRPC; the kernel spreads connections over them (HTTP through one
+shared listening socket, gRPC through ``SO_REUSEPORT``). Batching happens within each worker.
+
+The supervisor serves the metrics port: at each scrape it asks every worker for its statistics and
+sums them, so Prometheus sees one server. A worker asked for ``/v2/models/stats`` gets the same sum
+through the supervisor. If a worker dies, the supervisor stops the others and exits with an error,
+so an orchestrator restarts the whole server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import uvloop
+from prometheus_client import generate_latest
+
+from conch.control_channel import ControlChannel
+from conch.observability.metrics import create_registry
+from conch.observability.statistics import ModelStatistics, merge_statistics
+from conch.serving import GIL_SWITCH_INTERVAL_S, ServeError, ServeSettings, WorkerLink, listen, serve
+
+log = logging.getLogger(__name__)
+
+
+def run_workers(settings: ServeSettings, count: int) -> None:
+    """Start ``count`` workers, supervise them until SIGINT/SIGTERM, then stop them all."""
+    http_socket = listen(settings.host, settings.http_port, "HTTP")
+    metrics_socket = listen(settings.host, settings.metrics_port, "metrics")
+    _check_free(settings.host, settings.grpc_port)
+    channels: list[tuple[ControlChannel, ControlChannel]] = []
+    pids = []
+    for index in range(count):
+        ask_worker, worker_answers = socket.socketpair()
+        worker_asks, answer_worker = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            metrics_socket.close()
+            ask_worker.close()
+            answer_worker.close()
+            link = WorkerLink(index, http_socket, ControlChannel(worker_answers), ControlChannel(worker_asks))
+            os._exit(_run_worker(settings, link))
+        worker_answers.close()
+        worker_asks.close()
+        pids.append(pid)
+        channels.append((ControlChannel(ask_worker), ControlChannel(answer_worker)))
+    http_socket.close()
+    code = uvloop.run(_supervise(pids, channels, metrics_socket))
+    if code:
+        raise ServeError("a worker process stopped unexpectedly (see the log above)")
+
+
+def _run_worker(settings: ServeSettings, link: WorkerLink) -> int:
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    try:
+        uvloop.run(serve(settings, link))
+    except ServeError as exc:
+        log.error("worker %d: %s", link.index, exc)
+        return 1
+    except BaseException:
+        log.exception("worker %d failed", link.index)
+        return 1
+    return 0
+
+
+def _check_free(host: str, port: int) -> None:
+    # The workers share the gRPC port with SO_REUSEPORT, which would also share it with a stranger.
+    probe = listen(host, port, "gRPC")
+    probe.close()
+
+
+async def _supervise(
+    pids: list[int], channels: list[tuple[ControlChannel, ControlChannel]], metrics_socket: socket.socket
+) -> int:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+
+    async def gather_statistics(_question: Any = None) -> list[ModelStatistics]:
+        groups = await asyncio.gather(*(ask.ask("statistics") for ask, _ in channels))
+        return merge_statistics(groups)
+
+    tasks = [asyncio.create_task(answer.answer(gather_statistics)) for _, answer in channels]
+    metrics = await asyncio.start_server(_metrics_handler(gather_statistics), sock=metrics_socket)
+    code = 0
+    while not stopping.is_set():
+        finished = _reap(pids)
+        if finished:
+            log.error("worker process(es) %s stopped; stopping the others", finished)
+            code = 1
+            break
+        await asyncio.sleep(0.2)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    for task in tasks:
+        task.cancel()
+    metrics.close()
+    while pids:
+        _reap(pids)
+        await asyncio.sleep(0.05)
+    return code
+
+
+def _reap(pids: list[int]) -> list[int]:
+    """Remove and return the workers that have exited."""
+    finished = []
+    for pid in list(pids):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            pids.remove(pid)
+            finished.append(pid)
+    return finished
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _metrics_handler(gather: Any) -> Any:
+    """A minimal HTTP/1.1 answer to ``GET /metrics`` with every worker's statistics summed."""
+    snapshot: list[ModelStatistics] = []
+    registry = create_registry(lambda: snapshot)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while request_line := await reader.readline():
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                method, path, *_ = [*request_line.decode("latin-1").split(" "), "", ""]
+                if method == "GET" and path.split("?")[0] == "/metrics":
+                    snapshot[:] = await gather()
+                    body, status = generate_latest(registry), "200 OK"
+                else:
+                    body, status = b"not found\n", "404 Not Found"
+                writer.write(
+                    f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    return handle
