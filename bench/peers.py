@@ -13,6 +13,7 @@ records the reason in the table instead of stopping.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -53,12 +54,13 @@ class Peer:
     packages: tuple[str, ...]
 
 
-def conch_server(workdir: Path, models: Sequence[str]) -> ServerProcess:
-    """``conch serve`` on the conch repository of ``models``."""
+def conch_server(workdir: Path, models: Sequence[str], workers: int = 1) -> ServerProcess:
+    """``conch serve`` on the conch repository of ``models``, with ``workers`` processes."""
     repository = write_conch_repository(workdir / "conch-repo", models)
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += [f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
+    command += [f"--workers={workers}"]
     return ServerProcess("conch", command, ports, workdir / "conch.log", ready_timeout_s=120)
 
 
@@ -159,6 +161,14 @@ PEERS = {
             "conch",
             ("http", "grpc"),
             conch_server,
+            lambda: Path(sys.executable),
+            ("conch", "onnxruntime", "grpcio", "uvicorn"),
+        ),
+        Peer(
+            "conch-2w",
+            "conch, 2 workers",
+            ("http", "grpc"),
+            functools.partial(conch_server, workers=2),
             lambda: Path(sys.executable),
             ("conch", "onnxruntime", "grpcio", "uvicorn"),
         ),

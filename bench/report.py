@@ -6,6 +6,7 @@ figures drift between machines and between runs, ratios measured side by side mu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -142,15 +143,16 @@ def latency_table(results: BenchResults) -> str:
 
 
 def ratio_table(results: BenchResults) -> str:
-    """conch's throughput over each peer's, cell by cell, same protocol (>1: conch serves more)."""
+    """conch's throughput (one and two workers) over each peer's, cell by cell, same protocol."""
     columns = _columns(results)
     header = ["conch / peer", *(f"{model} c={c}" for model, c in columns)]
     lines = []
-    for peer, protocol in (("triton", "http"), ("triton", "grpc"), ("mlserver", "http"), ("naive", "http")):
-        conch, other = results.row("conch", protocol), results.row(peer, protocol)
+    pairs = [("triton", "http"), ("triton", "grpc"), ("mlserver", "http"), ("naive", "http")]
+    for ours, (peer, protocol) in itertools.product(("conch", "conch-2w"), pairs):
+        conch, other = results.row(ours, protocol), results.row(peer, protocol)
         if conch is None or other is None:
             continue
-        name = f"conch / {other.server}, {PROTOCOLS[protocol]}"
+        name = f"{conch.server} / {other.server}, {PROTOCOLS[protocol]}"
         if other.note is not None:
             lines.append([name, *([other.note] * len(columns))])
             continue
