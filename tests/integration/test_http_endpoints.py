@@ -271,6 +271,14 @@ def test_repository_index_with_ready_filter(server: ServerProcess) -> None:
         assert {(entry["name"], entry["version"]) for entry in reply.json()} == served_versions()
 
 
+@pytest.mark.parametrize("body", [b'{"ready": "yes"}', b'{"ready": 1}', b"[true]", b"{"])
+def test_repository_index_refuses_a_body_it_cannot_read(server: ServerProcess, body: bytes) -> None:
+    reply = server.request("POST", "/v2/repository/index", body, {"Content-Type": "application/json"})
+
+    assert reply.status == 400
+    assert reply.json()["error"]
+
+
 @pytest.mark.parametrize("name", list(VERSION_POLICIES))
 def test_version_policy_decides_the_served_versions(
     client: httpclient.InferenceServerClient, server: ServerProcess, name: str

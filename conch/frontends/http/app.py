@@ -66,7 +66,9 @@ class HttpFrontend:
         if route == ["repository", "index"]:
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
-            ready_only = bool(_json_object(body).get("ready", False)) if body else False
+            ready_only = infer_codec.load_json_object(body).get("ready", False) if body else False
+            if not isinstance(ready_only, bool):
+                raise InvalidArgumentError("'ready' must be true or false")
             return _json(200, self.server.repository_index(ready_only))
         if route == ["models", "stats"]:
             _require(method, "GET")
@@ -147,16 +149,6 @@ def _json(status: int, document: Any) -> Reply:
 
 def _error(status: int, message: str) -> Reply:
     return _json(status, {"error": message})
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidArgumentError("request body must be a JSON object")
-    return document
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -30,7 +30,7 @@ def decode_request(
         raise InvalidArgumentError(
             f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
         )
-    document = _load_json(view[:header_length])
+    document = load_json_object(view[:header_length])
     request = InferenceRequest(model_name=model_name, model_version=model_version)
     request.id = _optional(document, "id", str, "")
     request.parameters = _optional(document, "parameters", dict, {})
@@ -81,7 +81,8 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     return b"".join([header, *blobs]), len(header)
 
 
-def _load_json(data: memoryview) -> dict[str, Any]:
+def load_json_object(data: bytes | memoryview) -> dict[str, Any]:
+    """A request body that must be one JSON object; anything else is a 400 saying why."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
