@@ -107,11 +107,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     repository.load_all()
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
-    servers = [_Uvicorn(_uvicorn_config(HttpFrontend(server)))]
+    servers = [uvicorn_server(HttpFrontend(server))]
     tasks = []
     if worker is None:
         assert metrics_socket is not None
-        servers.append(_Uvicorn(_uvicorn_config(make_asgi_app(create_registry(server.all_statistics)))))
+        servers.append(uvicorn_server(make_asgi_app(create_registry(server.all_statistics))))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
@@ -175,18 +175,15 @@ class ServeError(Exception):
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def run(settings: ServeSettings) -> None:
-    """Serve on a fresh uvloop event loop."""
+def run(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
+    """Serve on a fresh uvloop event loop (as one of several workers when ``worker`` is given)."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    uvloop.run(serve(settings))
+    uvloop.run(serve(settings, worker))
 
 
-def _uvicorn_config(app: Any) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        loop="none",
-        http="httptools",
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
+def uvicorn_server(app: Any) -> uvicorn.Server:
+    """A uvicorn server for ``app`` on httptools, started with ``serve(sockets=[...])``."""
+    config = uvicorn.Config(
+        app, loop="none", http="httptools", lifespan="off", access_log=False, log_level="warning"
     )
+    return _Uvicorn(config)

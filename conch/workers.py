@@ -19,16 +19,16 @@ import logging
 import os
 import signal
 import socket
-import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
-from prometheus_client import generate_latest
+from prometheus_client import make_asgi_app
 
 from conch.control_channel import ControlChannel
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
-from conch.serving import GIL_SWITCH_INTERVAL_S, ServeError, ServeSettings, WorkerLink, listen, serve
+from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run, uvicorn_server
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,8 @@ def run_workers(settings: ServeSettings, count: int) -> None:
 
 
 def _run_worker(settings: ServeSettings, link: WorkerLink) -> int:
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
-        uvloop.run(serve(settings, link))
+        run(settings, link)
     except ServeError as exc:
         log.error("worker %d: %s", link.index, exc)
         return 1
@@ -92,7 +91,8 @@ async def _supervise(
         return merge_statistics(groups)
 
     tasks = [asyncio.create_task(answer.answer(gather_statistics)) for _, answer in channels]
-    metrics = await asyncio.start_server(_metrics_handler(gather_statistics), sock=metrics_socket)
+    metrics = uvicorn_server(_summed_metrics_app(gather_statistics))
+    tasks.append(asyncio.create_task(metrics.serve(sockets=[metrics_socket])))
     code = 0
     while not stopping.is_set():
         finished = _reap(pids)
@@ -103,9 +103,10 @@ async def _supervise(
         await asyncio.sleep(0.2)
     for pid in pids:
         _signal(pid, signal.SIGTERM)
-    for task in tasks:
+    metrics.should_exit = True
+    for task in tasks[:-1]:
         task.cancel()
-    metrics.close()
+    await tasks[-1]
     while pids:
         _reap(pids)
         await asyncio.sleep(0.05)
@@ -128,31 +129,14 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _metrics_handler(gather: Any) -> Any:
-    """A minimal HTTP/1.1 answer to ``GET /metrics`` with every worker's statistics summed."""
+def _summed_metrics_app(gather: Callable[[], Awaitable[list[ModelStatistics]]]) -> Any:
+    """prometheus_client's ASGI app over every worker's statistics, summed afresh at each scrape."""
     snapshot: list[ModelStatistics] = []
-    registry = create_registry(lambda: snapshot)
+    exposition = make_asgi_app(create_registry(lambda: snapshot))
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while request_line := await reader.readline():
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-                method, path, *_ = [*request_line.decode("latin-1").split(" "), "", ""]
-                if method == "GET" and path.split("?")[0] == "/metrics":
-                    snapshot[:] = await gather()
-                    body, status = generate_latest(registry), "200 OK"
-                else:
-                    body, status = b"not found\n", "404 Not Found"
-                writer.write(
-                    f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n".encode()
-                    + body
-                )
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            snapshot[:] = await gather()
+        await exposition(scope, receive, send)
 
-    return handle
+    return app

@@ -35,9 +35,9 @@ def parse_config(text: str) -> mc.ModelConfig:
     return config
 
 
-def fields_set_in_text(text: str) -> set[str]:
-    """Top-level field names written in the text, to tell "left out" from "set to 0" in proto3."""
-    config = parse_config(text)
+def fields_set_in_text(config: mc.ModelConfig, text: str) -> set[str]:
+    """Top-level field names written in ``text`` (which parsed into ``config``), to tell "left out"
+    from "set to 0" in proto3."""
     return {field.name for field, _ in config.ListFields()} | _scalar_keys(text)
 
 

@@ -17,7 +17,6 @@ class ModelState(enum.Enum):
 
     READY = "READY"
     UNAVAILABLE = "UNAVAILABLE"
-    LOADING = "LOADING"
 
 
 @dataclass

@@ -109,7 +109,8 @@ class ModelRepository:
         if not path.exists():
             return mc.ModelConfig(), set()
         text = path.read_text(encoding="utf-8", errors="replace")
-        return parse_config(text), fields_set_in_text(text)
+        config = parse_config(text)
+        return config, fields_set_in_text(config, text)
 
     def _load_version(
         self, folder: Path, number: int, base: mc.ModelConfig, fields: set[str]

@@ -27,8 +27,9 @@ MIXED = ModelSignature(
 def completed(text: str, signature: ModelSignature, default_max_batch_size: int = 4) -> mc.ModelConfig:
     """A config as the repository completes it: parsed, defaults, then the graph."""
     config = parse_config(text)
+    fields = fields_set_in_text(config, text)
     complete_defaults(config, "model")
-    complete_from_signature(config, signature, fields_set_in_text(text), default_max_batch_size)
+    complete_from_signature(config, signature, fields, default_max_batch_size)
     return config
 
 

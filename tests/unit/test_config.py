@@ -71,7 +71,7 @@ def test_unknown_field_is_named() -> None:
     ],
 )
 def test_fields_set_in_text(text: str, expected: set[str]) -> None:
-    assert fields_set_in_text(text) == expected
+    assert fields_set_in_text(parse_config(text), text) == expected
 
 
 @pytest.mark.parametrize("name", ["resnet50", "my-model", "a", "0x", "a" * 63])

@@ -44,9 +44,10 @@ def save(model: onnx.ModelProto, folder: Path) -> Path:
 def instance(model: onnx.ModelProto, folder: Path, text: str = "") -> OnnxRuntimeInstance:
     """An instance the way the repository builds one: open, complete the config from the graph, wrap."""
     config = parse_config(text)
+    fields = fields_set_in_text(config, text)
     complete_defaults(config, "m")
     session = open_session(save(model, folder), config)
-    complete_from_signature(config, read_signature(session), fields_set_in_text(text))
+    complete_from_signature(config, read_signature(session), fields)
     return OnnxRuntimeInstance(session, config)
 
 
