@@ -20,6 +20,7 @@ from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.version_policy import select_versions, version_folders
+from conch.repository.warmup import run_warmup
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 
@@ -131,6 +132,7 @@ class ModelRepository:
             config_validation.check_against_signature(config, signature)
             sessions = [session] + [ort_backend.open_session(model_file, config, p) for p in placements[1:]]
             instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
+            run_warmup(list(instances), config, folder)
             version.scheduler = create_scheduler(
                 config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
             )

@@ -1,0 +1,101 @@
+"""Model warm-up (``model_warmup`` in ``config.pbtxt``), run on every instance before a version is READY.
+
+Why: the first executions of an ONNX Runtime session allocate its arena and pick kernels, so without
+warm-up the first callers after a (re)load pay for it. Triton's semantics:
+
+- each ``ModelWarmup`` sample runs ``count`` times (at least once) on every instance;
+- an input is ``zero_data``, ``random_data`` or ``input_data_file``; the file name is relative to
+  ``<model>/warmup/`` and holds the raw bytes of one sample (``dims``), BYTES elements each prefixed by
+  a 4-byte little-endian length, as in the binary tensor extension;
+- for a batching model the sample is repeated ``batch_size`` times along a new first dimension;
+- a sample that fails makes the version UNAVAILABLE, with the sample's name in the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.core import codecs, datatypes
+from conch.core.errors import ConchError, InvalidArgumentError
+from conch.core.types import ExecutionTiming
+from conch.scheduling.instance_pool import ModelInstance
+
+WARMUP_FOLDER = "warmup"
+
+
+@dataclass(frozen=True)
+class WarmupSample:
+    """One ``model_warmup`` entry turned into arrays the model takes (batch dimension included)."""
+
+    name: str
+    inputs: dict[str, np.ndarray]
+    count: int
+
+
+def warmup_samples(config: mc.ModelConfig, model_dir: Path) -> list[WarmupSample]:
+    """Every ``model_warmup`` entry of ``config``, with its data read or generated (seeded)."""
+    return [_sample(entry, config.max_batch_size > 0, model_dir) for entry in config.model_warmup]
+
+
+def run_warmup(instances: list[ModelInstance], config: mc.ModelConfig, model_dir: Path) -> None:
+    """Run each sample on each instance; raise naming the sample when one fails."""
+    output_names = [entry.name for entry in config.output]
+    for sample in warmup_samples(config, model_dir):
+        for instance in instances:
+            for _ in range(max(sample.count, 1)):
+                try:
+                    instance.run(sample.inputs, output_names, ExecutionTiming())
+                except ConchError as exc:
+                    raise InvalidArgumentError(
+                        f"warm-up sample '{sample.name}' failed: {exc.message}"
+                    ) from None
+
+
+def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSample:
+    if batching and entry.batch_size < 1:
+        raise InvalidArgumentError(f"warm-up sample '{entry.name}': batch_size must be at least 1")
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for input_name, spec in sorted(entry.inputs.items()):
+        where = f"warm-up sample '{entry.name}' input '{input_name}'"
+        one = _one_sample(where, input_name, spec, model_dir, rng)
+        inputs[input_name] = np.repeat(one[np.newaxis], entry.batch_size, axis=0) if batching else one
+    return WarmupSample(entry.name, inputs, entry.count)
+
+
+def _one_sample(
+    where: str, input_name: str, spec: mc.ModelWarmup.Input, model_dir: Path, rng: np.random.Generator
+) -> np.ndarray:
+    datatype = datatypes.from_config_type(spec.data_type)
+    shape = tuple(spec.dims)
+    if any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"{where}: dims {list(shape)} must be fixed sizes")
+    source = spec.WhichOneof("input_data_type")
+    if source == "input_data_file":
+        data = _read_file(where, model_dir, spec.input_data_file)
+        try:
+            return codecs.from_bytes(input_name, datatype.name, shape, data)
+        except ConchError as exc:
+            raise InvalidArgumentError(f"{where}: file '{spec.input_data_file}': {exc.message}") from None
+    if datatype.name == "BYTES":
+        fill = b"0" if source == "zero_data" else None
+        values = [fill or str(rng.integers(0, 100)).encode() for _ in range(codecs.element_count(shape))]
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array.reshape(shape)
+    dtype = datatype.numpy
+    if source == "random_data" and dtype.kind in "iuf":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _read_file(where: str, model_dir: Path, file_name: str) -> bytes:
+    folder = (model_dir / WARMUP_FOLDER).resolve()
+    path = (folder / file_name).resolve()
+    if folder not in path.parents or not path.is_file():
+        raise InvalidArgumentError(f"{where}: file '{file_name}' is not in the model's warmup/ folder")
+    return path.read_bytes()
