@@ -1,0 +1,1 @@
+"""Versioned model packages: ``metadata.json``, ``conch package`` and ``conch install``."""

@@ -1,0 +1,104 @@
+"""``metadata.json``: a stable format that round-trips, names the bad field, and checksums files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conch.packaging.metadata import (
+    MetadataError,
+    ModelMetadata,
+    TensorSchema,
+    mismatched_files,
+    model_file_checksums,
+    read_metadata,
+    version_file_checksums,
+    write_metadata,
+)
+
+
+def example() -> ModelMetadata:
+    return ModelMetadata(
+        name="credit-risk",
+        version=3,
+        created="2026-11-30T12:00:00Z",
+        framework={"name": "scikit-learn", "version": "1.9.1"},
+        libraries={"onnx": "1.23.2"},
+        inputs=[TensorSchema("age", "FP32", [-1, 1])],
+        outputs=[TensorSchema("probabilities", "FP32", [-1, 2])],
+        feature_names=["age"],
+        training_data_version="2026-11",
+        files={"model.onnx": "ab" * 32},
+    )
+
+
+def test_round_trip_and_same_bytes(tmp_path: Path) -> None:
+    write_metadata(tmp_path, example())
+    first = (tmp_path / "metadata.json").read_bytes()
+
+    loaded = read_metadata(tmp_path)
+
+    assert loaded == example()
+    assert loaded.to_json().encode() == first
+    assert json.loads(first)["format"] == "conch.model-metadata/1"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda body: body.pop("name"), "'name'"),
+        (lambda body: body.update(version="3"), "'version' must be a int"),
+        (lambda body: body.update(version=True), "'version' must be a int"),
+        (lambda body: body["inputs"][0].update(shape=[-1, "x"]), "'inputs[0].shape'"),
+        (lambda body: body.update(format="other/1"), "'format'"),
+        (lambda body: body.update(files=[]), "'files' must be a dict"),
+    ],
+)
+def test_a_malformed_field_is_named(change, named: str) -> None:  # type: ignore[no-untyped-def]
+    body = json.loads(example().to_json())
+    change(body)
+
+    with pytest.raises(MetadataError, match=re.escape(named)):
+        ModelMetadata.from_json(json.dumps(body))
+
+
+def test_not_json_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(MetadataError, match="not valid JSON"):
+        ModelMetadata.from_json("{")
+    with pytest.raises(MetadataError, match=r"has no metadata\.json"):
+        read_metadata(tmp_path)
+
+
+def test_interface_changes_with_a_dimension() -> None:
+    changed = example()
+    changed.inputs = [TensorSchema("age", "FP32", [-1, 2])]
+
+    assert changed.interface() != example().interface()
+    assert example().interface() == example().interface()
+
+
+def test_checksums_and_what_differs(tmp_path: Path) -> None:
+    model = tmp_path / "credit-risk"
+    (model / "1").mkdir(parents=True)
+    (model / "warmup").mkdir()
+    (model / "config.pbtxt").write_text('name: "credit-risk"\n')
+    (model / "warmup" / "age").write_bytes(b"\0\0\0\0")
+    (model / "1" / "model.onnx").write_bytes(b"graph")
+    write_metadata(model / "1", example())
+
+    files = version_file_checksums(model / "1")
+    model_files = model_file_checksums(model)
+
+    assert list(files) == ["model.onnx"]
+    assert sorted(model_files) == ["config.pbtxt", "warmup/age"]
+    (model / "1" / "model.onnx").write_bytes(b"tampered")
+    (model / "1" / "extra.bin").write_bytes(b"")
+    assert mismatched_files(files, version_file_checksums(model / "1")) == {
+        "extra.bin": "present but not listed",
+        "model.onnx": "sha256 differs",
+    }
+    (model / "warmup" / "age").unlink()
+    assert mismatched_files(model_files, model_file_checksums(model)) == {"warmup/age": "listed but missing"}
