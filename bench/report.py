@@ -42,6 +42,21 @@ class Row:
     protocol: str
     cells: dict[tuple[str, int], Point] = field(default_factory=dict)
     note: str | None = None
+    #: Every round's point; ``cells`` holds the one with the median throughput.
+    rounds: dict[tuple[str, int], list[Point]] = field(default_factory=dict)
+
+    def add(self, key: tuple[str, int], point: Point) -> None:
+        """Record one round's point; the cell shown is the round with the median throughput, so its
+        latencies and compute time come from the same run as its rate."""
+        points = self.rounds.setdefault(key, [])
+        points.append(point)
+        ranked = sorted(points, key=lambda p: p.load.throughput if p.load.ok else -1.0)
+        self.cells[key] = ranked[len(ranked) // 2]
+
+    def spread(self, key: tuple[str, int]) -> tuple[float, float] | None:
+        """Lowest and highest throughput over the rounds that succeeded (None with fewer than two)."""
+        rates = [p.load.throughput for p in self.rounds.get(key, []) if p.load.ok]
+        return (min(rates), max(rates)) if len(rates) > 1 else None
 
     def throughput(self, model: str, concurrency: int) -> float | None:
         point = self.cells.get((model, concurrency))
@@ -111,6 +126,9 @@ def _cell(row: Row, key: tuple[str, int], show: str) -> str:
     if not load.ok:
         return f"failed: {load.failure}"
     text = _number(load.throughput) if show == "throughput" else f"{load.p50_ms:.2f} / {load.p99_ms:.2f}"
+    spread = row.spread(key)
+    if show == "throughput" and spread is not None:
+        text += f" [{_number(spread[0])}-{_number(spread[1])}]"
     return f"{text} ({load.note})" if load.note else text
 
 

@@ -40,12 +40,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="2 s per point; result file *.quick.md")
     parser.add_argument("--only", default=",".join(PEERS), help=f"servers to run (default {','.join(PEERS)})")
     parser.add_argument("--models", default=",".join(MODELS), help=f"models (default {','.join(MODELS)})")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the whole sequence of servers N times, interleaved, and report each point's median "
+        "round (default 1)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report is written")
     args = parser.parse_args(argv)
     args.only = _choices(parser, "--only", args.only, PEERS)
     args.models = _choices(parser, "--models", args.models, MODELS)
     if args.quick:
         args.seconds = 2.0
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     return args
 
 
@@ -63,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = BenchResults(
         started=started.strftime("%Y-%m-%d %H:%M UTC"),
         machine=describe_machine(),
-        method=describe_method(args.seconds, args.models),
+        method=describe_method(args.seconds, args.models, args.rounds),
         models=args.models,
     )
     print(
@@ -73,9 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.ort[model] = ort_limit.measure_model(model, args.seconds)
         rates = ", ".join(f"b{b} {r.throughput:,.0f}/s" for b, r in results.ort[model].items())
         print(f"  raw ORT {model}: {rates}", flush=True)
+    rows = {
+        key: [Row(key, PEERS[key].title, protocol) for protocol in PEERS[key].protocols] for key in args.only
+    }
+    results.rows += [row for key in args.only for row in rows[key]]
     with tempfile.TemporaryDirectory(prefix="conch-bench-") as folder:
-        for key in args.only:
-            run_peer(PEERS[key], Path(folder) / key, args.models, args.seconds, results)
+        for round_number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"round {round_number} of {args.rounds}", flush=True)
+            for key in args.only:
+                describe = round_number == 1
+                run_peer(
+                    PEERS[key], rows[key], Path(folder) / key, args.models, args.seconds, results, describe
+                )
     results.machine.append(f"load average at the end: {_loadavg()}")
     text = report.render(results)
     print("\n" + text)
@@ -87,19 +106,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_peer(peer: Peer, workdir: Path, models: list[str], seconds: float, results: BenchResults) -> None:
-    """Install, start, measure and stop one server; failures become row notes, never exceptions."""
-    rows = [Row(peer.key, peer.title, protocol) for protocol in peer.protocols]
-    results.rows += rows
+def run_peer(
+    peer: Peer,
+    rows: list[Row],
+    workdir: Path,
+    models: list[str],
+    seconds: float,
+    results: BenchResults,
+    describe: bool,
+) -> None:
+    """Install, start, measure and stop one server; failures become row notes, never exceptions.
+
+    ``describe``: add the server's versions and the machine's load to the report (first round only).
+    """
     busy = f"cores {other_load():.0%} busy with other jobs just before it started"
     print(f"{peer.key}: {busy}", flush=True)
     try:
         server = peer.build(workdir, models)
         with server:
-            results.machine.append(
-                f"{peer.title}: {server_metadata(server)}; "
-                f"{package_versions(peer.python(), peer.packages)}; {busy}"
-            )
+            if describe:
+                results.machine.append(
+                    f"{peer.title}: {server_metadata(server)}; "
+                    f"{package_versions(peer.python(), peer.packages)}; {busy}"
+                )
             for model in models:
                 measure_model(server, model, rows, workdir, seconds)
     except PeerUnavailable as exc:
@@ -138,14 +167,14 @@ def measure_model(server: ServerProcess, model: str, rows: list[Row], workdir: P
     except OSError as exc:
         for row in rows:
             for concurrency in CONCURRENCIES:
-                row.cells[(model, concurrency)] = Point(loadgen.LoadResult.failed(f"sanity request: {exc}"))
+                row.add((model, concurrency), Point(loadgen.LoadResult.failed(f"sanity request: {exc}")))
         return
     loadgen.run_wrk(_infer_url(server, model), body, max(CONCURRENCIES), WARMUP_S, workdir)
     for row in rows:
         for concurrency in CONCURRENCIES:
             load = partial(run_point, server, model, row.protocol, concurrency, body, seconds, workdir)
             result, compute_ms = measure_between(server, model, load)
-            row.cells[(model, concurrency)] = Point(result, compute_ms)
+            row.add((model, concurrency), Point(result, compute_ms))
             status = result.failure or result.note or "ok"
             print(
                 f"  {model} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "
@@ -193,9 +222,19 @@ def describe_machine() -> list[str]:
     ]
 
 
-def describe_method(seconds: float, models: Sequence[str]) -> list[str]:
+def describe_method(seconds: float, models: Sequence[str], rounds: int = 1) -> list[str]:
     """How the points were taken, so the table can be read without this source."""
+    repeated = (
+        [
+            f"{rounds} rounds: the whole sequence of servers run {rounds} times, one after the other, so a "
+            "slow spell on the shared cores hits every server; each cell is the round with the median "
+            "throughput, and the throughput table shows the lowest and highest round in brackets"
+        ]
+        if rounds > 1
+        else []
+    )
     return [
+        *repeated,
         f"one server at a time on 127.0.0.1, the load generator on the same {os.cpu_count()} cores",
         "every request carries one row (batch 1) of fixed random FP32 values; models: "
         + ", ".join(f"{name} {' -> '.join(map(str, MODELS[name]))}" for name in models),
