@@ -99,9 +99,8 @@ def to_bytes(array: np.ndarray) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(array)).cast("B")  # type: ignore[arg-type]
 
 
-def _deserialize_bytes(
-    name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes
-) -> np.ndarray:
+def bytes_elements(name: str, buffer: memoryview | bytes) -> list[bytes]:
+    """The elements of a BYTES buffer: each a 4-byte little-endian length, then that many bytes."""
     view = memoryview(buffer)
     elements: list[bytes] = []
     offset = 0
@@ -114,6 +113,13 @@ def _deserialize_bytes(
             raise InvalidArgumentError(f"input '{name}': BYTES element is longer than the data sent")
         elements.append(bytes(view[offset : offset + length]))
         offset += length
+    return elements
+
+
+def _deserialize_bytes(
+    name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes
+) -> np.ndarray:
+    elements = bytes_elements(name, buffer)
     if len(elements) != count:
         raise InvalidArgumentError(
             f"input '{name}': shape {list(shape)} needs {count} BYTES elements but data has {len(elements)}"

@@ -4,15 +4,17 @@ Why: the first executions of an ONNX Runtime session allocate its arena and pick
 warm-up the first callers after a (re)load pay for it. Triton's semantics:
 
 - each ``ModelWarmup`` sample runs ``count`` times (at least once) on every instance;
-- an input is ``zero_data``, ``random_data`` or ``input_data_file``; the file name is relative to
-  ``<model>/warmup/`` and holds the raw bytes of one sample (``dims``), BYTES elements each prefixed by
-  a 4-byte little-endian length, as in the binary tensor extension;
+- an input is ``zero_data`` (zeros; empty strings for BYTES), ``random_data`` or ``input_data_file``;
+  the file name is relative to ``<model>/warmup/`` and holds the raw little-endian bytes of one sample
+  (``dims``), BYTES elements each prefixed by a 4-byte little-endian length, as in the binary tensor
+  extension. A shorter file fails; only the start of a longer one is read;
 - for a batching model the sample is repeated ``batch_size`` times along a new first dimension;
 - a sample that fails makes the version UNAVAILABLE, with the sample's name in the reason.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import codecs, datatypes
+from conch.core.datatypes import Datatype
 from conch.core.errors import ConchError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
 from conch.scheduling.instance_pool import ModelInstance
@@ -62,13 +65,13 @@ def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSam
     inputs = {}
     for input_name, spec in sorted(entry.inputs.items()):
         where = f"warm-up sample '{entry.name}' input '{input_name}'"
-        one = _one_sample(where, input_name, spec, model_dir, rng)
+        one = _one_sample(where, spec, model_dir, rng)
         inputs[input_name] = np.repeat(one[np.newaxis], entry.batch_size, axis=0) if batching else one
     return WarmupSample(entry.name, inputs, entry.count)
 
 
 def _one_sample(
-    where: str, input_name: str, spec: mc.ModelWarmup.Input, model_dir: Path, rng: np.random.Generator
+    where: str, spec: mc.ModelWarmup.Input, model_dir: Path, rng: np.random.Generator
 ) -> np.ndarray:
     datatype = datatypes.from_config_type(spec.data_type)
     shape = tuple(spec.dims)
@@ -76,26 +79,56 @@ def _one_sample(
         raise InvalidArgumentError(f"{where}: dims {list(shape)} must be fixed sizes")
     source = spec.WhichOneof("input_data_type")
     if source == "input_data_file":
-        data = _read_file(where, model_dir, spec.input_data_file)
         try:
-            return codecs.from_bytes(input_name, datatype.name, shape, data)
+            return read_warmup_file(model_dir, spec)
         except ConchError as exc:
-            raise InvalidArgumentError(f"{where}: file '{spec.input_data_file}': {exc.message}") from None
+            raise InvalidArgumentError(f"{where}: {exc.message}") from None
+    if source == "random_data" and datatype.name == "BYTES":
+        return _object_array([str(v).encode() for v in rng.integers(0, 100, size=math.prod(shape))], shape)
+    if source == "random_data" and datatype.numpy.kind in "iuf":
+        return rng.integers(0, 10, size=shape).astype(datatype.numpy)
+    return zero_sample(datatype, shape)
+
+
+def zero_sample(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
+    """Triton's ``zero_data``: zeros, or empty strings for BYTES."""
     if datatype.name == "BYTES":
-        fill = b"0" if source == "zero_data" else None
-        values = [fill or str(rng.integers(0, 100)).encode() for _ in range(codecs.element_count(shape))]
-        array = np.empty(len(values), dtype=object)
-        array[:] = values
-        return array.reshape(shape)
-    dtype = datatype.numpy
-    if source == "random_data" and dtype.kind in "iuf":
-        return rng.integers(0, 10, size=shape).astype(dtype)
-    return np.zeros(shape, dtype=dtype)
+        return _object_array([b""] * math.prod(shape), shape)
+    return np.zeros(shape, dtype=datatype.numpy)
 
 
-def _read_file(where: str, model_dir: Path, file_name: str) -> bytes:
+def read_warmup_file(model_dir: Path, spec: mc.ModelWarmup.Input) -> np.ndarray:
+    """The sample an ``input_data_file`` holds, shaped by the warm-up ``dims``.
+
+    As Triton: the file must hold at least one sample; only its start is read when it holds more.
+    """
     folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / file_name).resolve()
-    if folder not in path.parents or not path.is_file():
-        raise InvalidArgumentError(f"{where}: file '{file_name}' is not in the model's warmup/ folder")
-    return path.read_bytes()
+    path = (folder / spec.input_data_file).resolve()
+    if not path.is_relative_to(folder) or not path.is_file():
+        raise InvalidArgumentError(f"file '{spec.input_data_file}' is not in the model's warmup/ folder")
+    datatype = datatypes.from_config_type(spec.data_type)
+    shape = tuple(spec.dims)
+    count = math.prod(shape)
+    data = path.read_bytes()
+    if datatype.name == "BYTES":
+        elements = codecs.bytes_elements(spec.input_data_file, data)
+        if len(elements) < count:
+            raise InvalidArgumentError(
+                f"file '{spec.input_data_file}' holds {len(elements)} BYTES elements; dims {list(shape)} "
+                f"need {count}"
+            )
+        return _object_array(elements[:count], shape)
+    needed = count * datatype.item_size
+    if len(data) < needed:
+        raise InvalidArgumentError(
+            f"file '{spec.input_data_file}' has {len(data)} bytes; dims {list(shape)} of {datatype.name} "
+            f"need {needed}"
+        )
+    little_endian = datatype.numpy.newbyteorder("<")
+    return np.frombuffer(data, dtype=little_endian, count=count).astype(datatype.numpy).reshape(shape)
+
+
+def _object_array(values: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array.reshape(shape)

@@ -1,13 +1,24 @@
-"""Config checks: identity (name, platform) and agreement with the model graph."""
+"""Config checks: identity (name, platform) and agreement with the model graph.
+
+The rules produce findings (all of them, for ``conch validate``); the server raises the first error.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core.errors import InvalidArgumentError
 from conch.repository.config import parse_config
-from conch.repository.config_validation import check_against_signature, check_identity
+from conch.repository.config_validation import (
+    check_against_signature,
+    check_identity,
+    identity_findings,
+    signature_findings,
+)
+from conch.validation.findings import Severity
 
 IMAGE = ModelSignature(
     inputs=(TensorSignature("image", "FP32", (None, 3, 224, 224)),),
@@ -138,3 +149,34 @@ def test_fixed_shape_without_batching() -> None:
     )
 
     check_against_signature(config, FIXED)
+
+
+def test_findings_report_every_problem_and_the_server_raises_the_first() -> None:
+    config = parse_config(
+        "max_batch_size: 8\n"
+        'input [ { name: "image", data_type: TYPE_INT32, dims: [ 224, 224, 3 ] } ]\n'
+        'output [ { name: "logits", data_type: TYPE_FP32, dims: [ 1000 ] } ]\n'
+    )
+
+    findings = signature_findings(config, IMAGE, "resnet")
+
+    assert [(f.code, f.field) for f in findings] == [
+        ("datatype-mismatch", "input[0].data_type"),
+        ("dims-mismatch", "input[0].dims"),
+        ("tensor-not-in-model", "output[0].name"),
+    ]
+    assert {f.model for f in findings} == {"resnet"}
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_against_signature(config, IMAGE)
+    assert caught.value.message == findings[0].message
+
+
+def test_name_that_is_not_dns_safe_loads_with_a_logged_warning(caplog: pytest.LogCaptureFixture) -> None:
+    config = parse_config('name: "My_Model"')
+
+    with caplog.at_level(logging.WARNING):
+        check_identity(config, "My_Model")
+
+    [finding] = identity_findings(config, "My_Model")
+    assert (finding.code, finding.severity) == ("name-not-dns-safe", Severity.WARNING)
+    assert finding.message in caplog.text

@@ -160,3 +160,23 @@ def test_config_that_disagrees_with_the_graph(tmp_path: Path) -> None:
 
     assert version.state is ModelState.UNAVAILABLE
     assert version.reason == "config input 'INPUT0' has data_type TYPE_INT32 but the model's is FP32"
+
+
+def test_batching_and_reshape_rules_are_checked_at_load(tmp_path: Path) -> None:
+    root = write_repository(
+        tmp_path / "models",
+        {
+            "preferred": (
+                add_sub_model(),
+                "max_batch_size: 4\ndynamic_batching { preferred_batch_size: [8] }\n",
+            ),
+            "unbatched": (fixed_shape_model(), "max_batch_size: 0\ndynamic_batching { }\n"),
+        },
+    )
+    with loaded(root) as repository:
+        preferred = repository.model("preferred").versions[1]
+        unbatched = repository.model("unbatched").versions[1]
+        assert preferred.state is ModelState.UNAVAILABLE
+        assert "preferred_batch_size 8 is not between 1 and max_batch_size 4" in preferred.reason
+        assert unbatched.state is ModelState.UNAVAILABLE
+        assert "max_batch_size is 0" in unbatched.reason

@@ -126,3 +126,20 @@ def test_failing_warmup_makes_the_version_unavailable(tmp_path: Path) -> None:
         assert str(tmp_path) not in text.versions[1].reason + escape.versions[1].reason
     finally:
         repository.close()
+
+
+def test_a_longer_file_is_read_from_its_start_as_triton_does(tmp_path: Path) -> None:
+    (tmp_path / "warmup").mkdir()
+    (tmp_path / "warmup" / "TEXT").write_bytes(struct.pack("<I", 2) + b"hi" + struct.pack("<I", 3) + b"bye")
+
+    (sample,) = warmup_samples(parse(TEXT_WARMUP), tmp_path)
+
+    assert sample.inputs["TEXT"].tolist() == [[b"hi"], [b"hi"]]
+
+
+def test_zero_data_strings_are_empty_as_in_triton(tmp_path: Path) -> None:
+    config = parse(TEXT_WARMUP.replace('input_data_file: "TEXT"', "zero_data: true"))
+
+    (sample,) = warmup_samples(config, tmp_path)
+
+    assert sample.inputs["TEXT"].tolist() == [[b""], [b""]]

@@ -1,0 +1,44 @@
+"""``conch validate PATH [--json]``: check a model folder or a whole repository before serving or packaging.
+
+Exit codes: 0 when there is no error (warnings and infos allowed), 1 when there is at least one, 2 for a
+usage error (the path is missing, or is neither a model folder nor a repository). Progress goes to
+stderr; with ``--json`` stdout holds the JSON document and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "validate",
+        help="check a model folder or repository: config, graph, warm-up, determinism, batch invariance",
+        description="Check a model folder (config.pbtxt and/or numeric version folders) or a repository "
+        "of them. Exit 0: no errors; 1: errors; 2: usage error. Finding codes: docs/validation.md.",
+    )
+    parser.add_argument("path", type=Path, help="a model folder or a model repository")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from conch.validation import NotAModelOrRepositoryError, model_folders, validate_model
+    from conch.validation.report import as_json, as_table
+
+    try:
+        folders = model_folders(args.path)
+    except NotAModelOrRepositoryError as exc:
+        print(f"conch validate: {exc}", file=sys.stderr)
+        return 2
+    findings = [finding for folder in folders for finding in validate_model(folder, _progress)]
+    models = [folder.name for folder in folders]
+    print(as_json(models, findings) if args.json else as_table(models, findings))
+    return 1 if any(finding.is_error for finding in findings) else 0
+
+
+def _progress(step: str) -> None:
+    print(f"{step}…", file=sys.stderr, flush=True)
