@@ -1,0 +1,61 @@
+"""``conch package MODEL_DIR --version X.Y.Z``: one validated model version as a reproducible package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from conch.packaging.semver import SemVer, SemVerError, parse_semver
+
+
+def add_parser(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "package",
+        help="package one validated model version as <name>-v<version>.tar.gz",
+        description="Validate a model folder made by `conch export` and write one of its versions, with "
+        "its config.pbtxt and warm-up files, as a reproducible .tar.gz for `conch install`.",
+    )
+    parser.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the model folder to package")
+    parser.add_argument(
+        "--version",
+        type=_semver,
+        required=True,
+        metavar="X.Y.Z",
+        help="the package's SemVer 2.0.0 version; raise MAJOR when callers must change",
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, help="package file to write (default: ./<name>-v<version>.tar.gz)"
+    )
+    parser.add_argument(
+        "--model-version",
+        type=int,
+        metavar="N",
+        help="numeric version folder to package (default: the highest)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _semver(text: str) -> SemVer:
+    # argparse shows an ArgumentTypeError's message as-is, and exits 2: a bad version is a usage error.
+    try:
+        return parse_semver(text)
+    except SemVerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from conch.packaging.archive import PackageError
+    from conch.packaging.package import package_model
+
+    if not args.model_dir.is_dir():
+        print(f"conch package: '{args.model_dir}' is not a model folder", file=sys.stderr)
+        return 2
+    try:
+        written = package_model(args.model_dir, args.version, args.output, args.model_version)
+    except PackageError as exc:
+        print(f"conch package: {exc}", file=sys.stderr)
+        return 1
+    print(f"packaged {args.model_dir.resolve().name} {args.version} as {written}")
+    return 0

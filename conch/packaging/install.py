@@ -1,0 +1,266 @@
+"""``conch install``: a verified package becomes the next numeric version of its model, atomically.
+
+Two passes over the package. The first writes nothing: member types and paths (see
+:mod:`conch.packaging.archive`), ``metadata.json``, every file's sha256 against ``files`` and
+``model_files`` (nothing unlisted), the model name and ``config.pbtxt``. Then the MAJOR rule (see
+:mod:`conch.packaging.upgrade`). The second pass extracts into a hidden staging folder beside the
+final place (same filesystem; ignored by ``conch serve``), checks the staged files again, and renames
+them into place; the staging folder is removed whatever happens. So a refused package, early or late,
+leaves the repository exactly as it was.
+
+``config.pbtxt`` and ``warmup/`` come from the package for a new model, for a model without a
+``config.pbtxt``, and when the interface changes (the old config would not describe the new graph).
+Otherwise the operator's config, with whatever they tuned in it, stays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from conch.core.errors import ConchError
+from conch.packaging.archive import PACKAGE_VERSION_FOLDER, PackageError, check_model_name, read_package
+from conch.packaging.metadata import (
+    CONFIG_FILENAME,
+    METADATA_FILENAME,
+    WARMUP_FOLDER,
+    MetadataError,
+    ModelMetadata,
+    mismatched_files,
+    model_file_checksums,
+    version_file_checksums,
+    write_metadata,
+)
+from conch.packaging.semver import SemVer, SemVerError, parse_semver
+from conch.packaging.upgrade import check_upgrade
+from conch.repository.config import parse_config
+from conch.repository.version_policy import version_folders
+
+_VERSION_PREFIX = f"{PACKAGE_VERSION_FOLDER}/"
+_METADATA_PLACE = f"{_VERSION_PREFIX}{METADATA_FILENAME}"
+_STAGING_PREFIX = ".conch-install-"
+
+
+@dataclass(frozen=True)
+class VerifiedPackage:
+    """A package whose members, checksums and metadata passed every check."""
+
+    path: Path
+    metadata: ModelMetadata
+    semver: SemVer
+
+
+@dataclass(frozen=True)
+class Installation:
+    """What ``conch install`` did; ``model_files_replaced`` when the package's config.pbtxt and warmup/
+    replaced an existing model's (a new model always takes them from the package)."""
+
+    name: str
+    package_version: str
+    version: int
+    version_dir: Path
+    model_files_replaced: bool
+
+
+def install_package(package: Path, repository: Path, version: int | None = None) -> Installation:
+    """Install ``package`` into ``repository`` as ``version`` (default: the next free number).
+
+    A missing ``repository`` folder (whose parent exists) is created once the package is verified.
+
+    Raises :class:`PackageError` for a package that is refused; the repository is then unchanged.
+    """
+    verified = verify_package(package)
+    name = verified.metadata.name
+    model_dir = repository / name
+    if model_dir.exists() and not model_dir.is_dir():
+        raise PackageError(f"{model_dir} exists but is not a folder: move it away to install '{name}'")
+    existing = version_folders(model_dir) if model_dir.is_dir() else []
+    number = _version_number(model_dir, existing, version)
+    from_package = check_upgrade(model_dir, existing, number, verified.metadata, verified.semver)
+    replaced = from_package and model_dir.is_dir()
+    try:
+        repository.mkdir(exist_ok=True)  # a first install starts a repository; only a verified one
+        _stage_and_commit(verified, model_dir, number, from_package)
+    except OSError as exc:
+        raise PackageError(
+            f"could not install into {repository} ({exc}); the repository is unchanged"
+        ) from None
+    return Installation(name, str(verified.semver), number, model_dir / str(number), replaced)
+
+
+def verify_package(path: Path) -> VerifiedPackage:
+    """Read the whole package and check it, writing nothing; raises :class:`PackageError` if refused."""
+    top, digests, small_files = _read_package(path)
+    metadata, semver = _package_metadata(small_files.get(_METADATA_PLACE), path)
+    check_model_name(metadata.name)
+    if top != metadata.name:
+        raise PackageError(
+            f"{path.name} holds folder '{top}' but its {METADATA_FILENAME} names model '{metadata.name}'"
+        )
+    version_files = {
+        p.removeprefix(_VERSION_PREFIX): d
+        for p, d in digests.items()
+        if p.startswith(_VERSION_PREFIX) and p != _METADATA_PLACE
+    }
+    model_files = {p: d for p, d in digests.items() if not p.startswith(_VERSION_PREFIX)}
+    _refuse_mismatches(metadata, version_files, model_files, f"{path.name} fails its checksums")
+    _check_config(small_files.get(CONFIG_FILENAME), metadata.name)
+    return VerifiedPackage(path, metadata, semver)
+
+
+def _read_package(path: Path) -> tuple[str, dict[str, str], dict[str, bytes]]:
+    """The top folder, each file's sha256 by place, and the bytes of metadata.json and config.pbtxt."""
+    top = ""
+    digests: dict[str, str] = {}
+    small_files: dict[str, bytes] = {}
+    with read_package(path) as members:
+        for member in members:
+            top = member.top
+            if member.content is None:
+                continue
+            place = member.place.as_posix()
+            if place in (_METADATA_PLACE, CONFIG_FILENAME):
+                small_files[place] = b"".join(member.chunks())
+                digests[place] = hashlib.sha256(small_files[place]).hexdigest()
+            else:
+                digests[place] = _sha256(member.chunks())
+    return top, digests, small_files
+
+
+def _sha256(chunks: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _package_metadata(text: bytes | None, path: Path) -> tuple[ModelMetadata, SemVer]:
+    if text is None:
+        raise PackageError(
+            f"{path.name} has no <model>/{_METADATA_PLACE}: make packages with `conch package`"
+        )
+    try:
+        metadata = ModelMetadata.from_json(text.decode("utf-8"))
+    except (MetadataError, UnicodeDecodeError) as exc:
+        raise PackageError(f"{path.name}: {exc}") from None
+    if metadata.package_version is None:
+        raise PackageError(
+            f"{path.name}: {METADATA_FILENAME} has no package_version: make it with `conch package`"
+        )
+    try:
+        return metadata, parse_semver(metadata.package_version)
+    except SemVerError as exc:
+        raise PackageError(f"{path.name}: {METADATA_FILENAME} field 'package_version': {exc}") from None
+
+
+def _refuse_mismatches(
+    metadata: ModelMetadata, version_files: dict[str, str], model_files: dict[str, str], what: str
+) -> None:
+    problems = {
+        f"{_VERSION_PREFIX}{name}": problem
+        for name, problem in mismatched_files(metadata.files, version_files).items()
+    }
+    problems.update(mismatched_files(metadata.model_files, model_files))
+    if problems:
+        lines = "\n".join(f"  {name}: {problem}" for name, problem in sorted(problems.items()))
+        raise PackageError(f"{what} (it was changed or damaged after `conch package`):\n{lines}")
+
+
+def _check_config(text: bytes | None, name: str) -> None:
+    if text is None:
+        raise PackageError(f"the package has no {name}/{CONFIG_FILENAME}: make packages with `conch package`")
+    try:
+        config = parse_config(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PackageError(f"{CONFIG_FILENAME} in the package is not UTF-8 text ({exc})") from None
+    except ConchError as exc:
+        raise PackageError(f"{CONFIG_FILENAME} in the package: {exc.message}") from None
+    if config.name not in ("", name):
+        raise PackageError(f"{CONFIG_FILENAME} in the package names model '{config.name}', not '{name}'")
+
+
+def _version_number(model_dir: Path, existing: list[int], wanted: int | None) -> int:
+    if wanted is None:
+        return existing[-1] + 1 if existing else 1
+    if wanted < 1:
+        raise PackageError(f"version {wanted} is not a version number: use 1 or more")
+    if (model_dir / str(wanted)).exists():
+        free = existing[-1] + 1 if existing else 1
+        raise PackageError(
+            f"version {wanted} of model '{model_dir.name}' already exists: choose another --version, "
+            f"or leave it out to install as version {free}"
+        )
+    return wanted
+
+
+def _stage_and_commit(verified: VerifiedPackage, model_dir: Path, number: int, from_package: bool) -> None:
+    # Staged beside its final place: in the model folder, which may be a link to other storage, or
+    # for a new model in the repository; either way on the same filesystem, so renames are atomic.
+    where = model_dir if model_dir.is_dir() else model_dir.parent
+    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=where))
+    try:
+        staged = staging / verified.metadata.name
+        _extract(verified, staged)
+        staged_version = staged / PACKAGE_VERSION_FOLDER
+        _refuse_mismatches(
+            verified.metadata,
+            version_file_checksums(staged_version),
+            model_file_checksums(staged),
+            f"{verified.path.name} changed while it was installed",
+        )
+        write_metadata(staged_version, dataclasses.replace(verified.metadata, version=number))
+        staged_version.rename(staged / str(number))
+        _rename_all(_moves(staged, model_dir, number, from_package, staging))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extract(verified: VerifiedPackage, staged: Path) -> None:
+    """Write the package's members under ``staged``; only plain files and folders, never a link."""
+    staged.mkdir()
+    with read_package(verified.path) as members:
+        for member in members:
+            if member.top != verified.metadata.name:
+                raise PackageError(f"{verified.path.name} changed while it was installed")
+            target = staged.joinpath(*member.place.parts)
+            if member.content is None:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("xb") as out:
+                for chunk in member.chunks():
+                    out.write(chunk)
+
+
+def _moves(
+    staged: Path, model_dir: Path, number: int, from_package: bool, trash: Path
+) -> list[tuple[Path, Path]]:
+    """The renames that put the staged model in place: the version first, then any model files."""
+    if not model_dir.is_dir():
+        return [(staged, model_dir)]
+    moves = [(staged / str(number), model_dir / str(number))]
+    if from_package:
+        for place in (WARMUP_FOLDER, CONFIG_FILENAME):
+            if (model_dir / place).exists():
+                moves.append((model_dir / place, trash / f"replaced-{place}"))
+            if (staged / place).exists():
+                moves.append((staged / place, model_dir / place))
+    return moves
+
+
+def _rename_all(moves: list[tuple[Path, Path]]) -> None:
+    """Rename each pair in order; if one fails, undo those done, newest first, and raise."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        for source, target in moves:
+            source.rename(target)
+            done.append((source, target))
+    except OSError:
+        for source, target in reversed(done):
+            target.rename(source)
+        raise
