@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# The tests also need the optional torch extra (torch==2.13.0, a CPU build from this machine's disk).
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: serve test lint bench clean
 
@@ -13,15 +15,20 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -q -e '.[test,torch]'
+	touch $(TEST_STAMP)
+
 serve: $(STAMP)
 	$(VENV)/bin/conch serve
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)
+	command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 
 clean:

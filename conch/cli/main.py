@@ -1,14 +1,22 @@
-"""``conch serve [REPO]``: every flag can also be set as a ``CONCH_*`` environment variable."""
+"""``conch serve [REPO]`` and the model toolchain (``export``, ``validate``, ``package``, ``install``).
+
+Every ``serve`` flag can also be set as a ``CONCH_*`` environment variable. Each toolchain command lives
+in its own ``conch/cli/<name>_command.py`` with ``add_parser(commands)``, which registers the
+subcommand and sets ``run`` (``args -> exit code``) as its default.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from pathlib import Path
 
 from conch import __version__
+
+TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install")
 
 
 def _env(name: str, default: str) -> str:
@@ -64,11 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         "or HTTP traffic (CONCH_WORKERS, default 1)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
+    for name in TOOLCHAIN_COMMANDS:
+        importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        exit_code: int = args.run(args)
+        return exit_code
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,0 +1,99 @@
+"""Samples as named arrays: what a notebook hands to ``export``, and what ONNX Runtime is fed.
+
+A sample is a 2-D numpy array (one model input), a pandas DataFrame (one input per column, named by
+the column, as a ``[-1, 1]`` tensor), or a mapping of input name to array (an ``.npz`` file). Whatever
+the framework, the exported graph's own signature decides the dtype each array is fed as, so the
+check against the original and the warm-up file see exactly what a client would send.
+
+ONNX string tensors cannot hold a missing value, so a missing category (None, NaN) travels as the
+empty string; the check against the original then shows whether the pipeline treats both alike.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from conch.backends.signature import ModelSignature
+from conch.core import datatypes
+from conch.exporting.errors import ExportError
+
+#: Input name given to a sample that is one array.
+SINGLE_INPUT = "input"
+
+
+def is_data_frame(sample: Any) -> bool:
+    """Whether ``sample`` is a pandas DataFrame, without importing pandas (it is not a dependency)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(sample, pandas.DataFrame)
+
+
+def frame_columns(frame: Any) -> dict[str, np.ndarray]:
+    """One ``[rows, 1]`` array per DataFrame column: numbers as numbers, anything else as text."""
+    from pandas.api import types
+
+    columns = {}
+    for name in frame.columns:
+        series = frame[name]
+        if types.is_integer_dtype(series.dtype) and not series.hasnans:
+            values = series.to_numpy(dtype=np.int64)
+        elif types.is_numeric_dtype(series.dtype):
+            values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            values = _text_array(series.tolist())
+        columns[str(name)] = values.reshape(-1, 1)
+    return columns
+
+
+def mapping_frame(sample: Mapping[str, Any]) -> Any:
+    """A DataFrame from named 1-D (or ``[rows, 1]``) arrays, for a pipeline fitted on a DataFrame."""
+    try:
+        import pandas
+    except ImportError:
+        raise ExportError("a sample of named arrays needs pandas for a scikit-learn model") from None
+    return pandas.DataFrame({name: np.asarray(values).reshape(-1) for name, values in sample.items()})
+
+
+def graph_feeds(signature: ModelSignature, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The sample cast to each graph input's dtype; a graph input the sample lacks is an error."""
+    feeds = {}
+    for tensor in signature.inputs:
+        if tensor.name not in arrays:
+            raise ExportError(
+                f"the model's input '{tensor.name}' is not in the sample; the sample has {sorted(arrays)}"
+            )
+        array = np.asarray(arrays[tensor.name])
+        if array.size == 0:
+            raise ExportError(f"the sample's '{tensor.name}' is empty: export needs at least one row")
+        feeds[tensor.name] = _cast(tensor.name, array, tensor.datatype)
+    return feeds
+
+
+def _cast(name: str, array: np.ndarray, datatype: str) -> np.ndarray:
+    if datatype == "BYTES":
+        return _text_array(array.ravel().tolist()).reshape(array.shape)
+    try:
+        return array.astype(datatypes.from_name(datatype).numpy, copy=False)
+    except (TypeError, ValueError):
+        raise ExportError(
+            f"input '{name}' is {datatype} in the model but the sample holds {array.dtype} values"
+        ) from None
+
+
+def _text_array(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = ["" if _is_missing(v) else v.decode() if isinstance(v, bytes) else str(v) for v in values]
+    return out
+
+
+def _is_missing(value: Any) -> bool:
+    # None, float NaN and pandas' NA (whose truth value raises, so it is recognised by its type name).
+    return (
+        value is None
+        or (isinstance(value, float | np.floating) and math.isnan(value))
+        or type(value).__name__ == "NAType"
+    )

@@ -1,0 +1,96 @@
+"""scikit-learn estimators and pipelines to ONNX with skl2onnx, probabilities as a tensor.
+
+A DataFrame sample gives one graph input per column, named by the column, which is how skl2onnx maps a
+ColumnTransformer's column selections onto the graph. Floating and boolean columns become FP32 (what
+servers and clients use), integers INT64, anything else BYTES. The original is then asked what it
+computes on the sample exactly as the notebook gave it: ``predict`` for the first output and, for a
+classifier that has it, ``predict_proba`` for the second.
+
+ZipMap is off: with it, probabilities come out as a list of dictionaries, which no V2 client can read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from conch.exporting.agreement import Reference
+from conch.exporting.conversion import Conversion, class_name, library_versions
+from conch.exporting.errors import ExportError
+from conch.exporting.samples import SINGLE_INPUT, frame_columns, is_data_frame, mapping_frame
+
+
+def convert_estimator(model: Any, sample: Any) -> Conversion:
+    """Convert a fitted estimator or pipeline; ``sample`` is a DataFrame, a mapping or a 2-D array."""
+    import sklearn
+    from sklearn.base import is_classifier
+
+    try:
+        from skl2onnx import to_onnx
+    except ImportError:
+        raise ExportError("exporting a scikit-learn model needs skl2onnx: pip install skl2onnx") from None
+
+    if isinstance(sample, Mapping):
+        sample = mapping_frame(sample)
+    inputs, feature_names = _inputs(model, sample)
+    initial_types = [(name, _tensor_type(array)) for name, array in inputs.items()]
+    options = {id(model): {"zipmap": False}} if is_classifier(model) else None
+    try:
+        onnx_model = to_onnx(model, initial_types=initial_types, options=options)
+    except Exception as exc:  # skl2onnx raises whatever its converters raise: a message is all we have
+        raise ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
+    outputs = [output.name for output in onnx_model.graph.output]
+    return Conversion(
+        onnx_model=onnx_model,
+        inputs=inputs,
+        references=_references(model, sample, outputs),
+        framework={"name": "scikit-learn", "version": sklearn.__version__, "model_class": class_name(model)},
+        libraries=library_versions("scikit-learn", "skl2onnx"),
+        feature_names=feature_names,
+    )
+
+
+def _inputs(model: Any, sample: Any) -> tuple[dict[str, np.ndarray], list[str] | None]:
+    if is_data_frame(sample):
+        columns = frame_columns(sample)
+        return columns, list(columns)
+    array = np.asarray(sample)
+    if array.ndim != 2:
+        raise ExportError(
+            f"a scikit-learn sample must be a DataFrame or a 2-D array (rows, features); got shape "
+            f"{list(array.shape)}"
+        )
+    names = getattr(model, "feature_names_in_", None)
+    return {SINGLE_INPUT: array}, None if names is None else [str(n) for n in names]
+
+
+def _tensor_type(array: np.ndarray) -> Any:
+    from skl2onnx.common.data_types import FloatTensorType, Int64TensorType, StringTensorType
+
+    shape = [None, array.shape[1]]
+    if array.dtype.kind in "fb":
+        return FloatTensorType(shape)
+    if array.dtype.kind in "iu":
+        return Int64TensorType(shape)
+    return StringTensorType(shape)
+
+
+def _references(model: Any, sample: Any, outputs: list[str]) -> dict[str, Reference]:
+    from sklearn.base import is_classifier
+
+    if not hasattr(model, "predict"):
+        return {outputs[0]: _reference(model, "transform", sample)}
+    references = {outputs[0]: _reference(model, "predict", sample)}
+    if is_classifier(model) and hasattr(model, "predict_proba") and len(outputs) > 1:
+        references[outputs[1]] = _reference(model, "predict_proba", sample)
+    return references
+
+
+def _reference(model: Any, method: str, sample: Any) -> Reference:
+    try:
+        values = getattr(model, method)(sample)
+    except Exception as exc:  # the user's model: any failure is theirs to read, with its own message
+        raise ExportError(f"{type(model).__name__}.{method} failed on the sample: {exc}") from exc
+    return Reference(method, np.asarray(values))
