@@ -21,7 +21,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.repository.config import config_to_json
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.scheduling.scheduler import ScheduledRequest
+from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class InferenceServer:
         self.started = False
         #: Where statistics come from when this process is one of several workers (None: here).
         self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
+        self._in_flight = RequestsInFlight()
 
     def live(self) -> bool:
         return True
@@ -119,10 +120,15 @@ class InferenceServer:
         served = self.model_version(request.model_name, request.model_version)
         stats = served.statistics
         stats.pending += 1
+        self._in_flight.count += 1
         try:
             inputs, output_names = validate_request(request, served.config)
             scheduled = ScheduledRequest(
-                inputs, output_names, request.batch_size(served.config.max_batch_size > 0), request.parameters
+                inputs,
+                output_names,
+                request.batch_size(served.config.max_batch_size > 0),
+                request.parameters,
+                in_flight=self._in_flight,
             )
             assert served.scheduler is not None
             outputs = await served.scheduler.schedule(scheduled)
@@ -136,6 +142,7 @@ class InferenceServer:
             raise InternalError(f"model '{request.model_name}' failed: {type(exc).__name__}") from exc
         finally:
             stats.pending -= 1
+            self._in_flight.count -= 1
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
         return InferenceResponse(
             model_name=request.model_name,

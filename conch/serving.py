@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -44,6 +45,7 @@ class ServeSettings:
     metrics_port: int = 8002
     strict_readiness: bool = True
     default_max_batch_size: int = 4
+    workers: int = 1
 
 
 def embedded_repository() -> Path:
@@ -94,9 +96,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     """
     http_socket = worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")
     metrics_socket = None if worker else listen(settings.host, settings.metrics_port, "metrics")
-    repository = ModelRepository(
-        settings.repository, RepositoryOptions(default_max_batch_size=settings.default_max_batch_size)
+    options = RepositoryOptions(
+        default_max_batch_size=settings.default_max_batch_size,
+        cpu_cores=max(1, (os.cpu_count() or 1) // settings.workers),
     )
+    repository = ModelRepository(settings.repository, options)
     server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
     try:
         grpc_server = create_grpc_server(

@@ -67,15 +67,19 @@ SESSION_PARAMETERS = (
 )
 
 
-def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
-    """ONNX Runtime session options from the config's ``parameters`` and ``optimization``."""
+def session_options(config: mc.ModelConfig, cores: int | None = None) -> ort.SessionOptions:
+    """ONNX Runtime session options from the config's ``parameters`` and ``optimization``.
+
+    ``cores``: how many cores this process's models may use (default: the machine's); worker
+    processes each get their share, so that N workers do not start N times too many threads.
+    """
     params = {
         key: config.parameters[key].string_value for key in SESSION_PARAMETERS if key in config.parameters
     }
     options = ort.SessionOptions()
     instances = sum(group.count for group in config.instance_group) or 1
     options.intra_op_num_threads = _int_param(
-        params, "intra_op_thread_count", default_intra_op_threads(instances)
+        params, "intra_op_thread_count", default_intra_op_threads(instances, cores)
     )
     options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 0)
     if _int_param(params, "execution_mode", 0) == 1:
@@ -91,15 +95,16 @@ def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     return options
 
 
-def default_intra_op_threads(instances: int) -> int:
-    """Threads per instance: the cores shared among the instances, at least one each.
+def default_intra_op_threads(instances: int, cores: int | None = None) -> int:
+    """Threads per instance: the cores (default: the machine's) shared among the instances, at least one
+    each.
 
     Measured on 2 cores with the benchmark MLP: one thread per instance left a core to the event loop
     (gRPC at 32 clients 1,160/s against 1,081/s with two) but doubled the latency of a lone request
     (4.4 ms against 2.1 ms) and lowered HTTP throughput (1,338/s against 1,409/s). Two threads that
     sleep when idle (``allow_spinning`` 0) give the loop its core back between executions.
     """
-    return max(1, (os.cpu_count() or 1) // max(instances, 1))
+    return max(1, (cores or os.cpu_count() or 1) // max(instances, 1))
 
 
 def _int_param(params: dict[str, str], key: str, default: int) -> int:
@@ -112,7 +117,7 @@ def _int_param(params: dict[str, str], key: str, default: int) -> int:
 
 
 def open_session(
-    model_file: Path, config: mc.ModelConfig, placement: Placement = CPU
+    model_file: Path, config: mc.ModelConfig, placement: Placement = CPU, cores: int | None = None
 ) -> ort.InferenceSession:
     """Load a model file on ``placement``; a file that is not ONNX becomes a 400 without its path.
 
@@ -124,7 +129,7 @@ def open_session(
         providers.insert(0, ("CUDAExecutionProvider", {"device_id": str(placement.device_id)}))
     try:
         return ort.InferenceSession(
-            str(model_file), sess_options=session_options(config), providers=providers
+            str(model_file), sess_options=session_options(config, cores), providers=providers
         )
     except _LOAD_ERRORS as exc:
         reason = str(exc).replace(str(model_file.parent) + os.sep, "")

@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_port=args.metrics_port,
         strict_readiness=args.strict_readiness,
         default_max_batch_size=args.default_max_batch_size,
+        workers=args.workers,
     )
     if args.workers < 1:
         print("conch: --workers must be at least 1", file=sys.stderr)

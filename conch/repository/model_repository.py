@@ -32,6 +32,8 @@ class RepositoryOptions:
     """Server-wide settings that shape how models are completed."""
 
     default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE
+    #: Cores this process's models may use for their default thread counts (None: the machine's).
+    cpu_cores: int | None = None
 
 
 class ModelRepository:
@@ -124,13 +126,16 @@ class ModelRepository:
             if not model_file.is_file():
                 raise NotFoundError(f"version {number} has no {config.default_model_filename}")
             placements = instance_placements(config)
-            session = ort_backend.open_session(model_file, config, placements[0])
+            cores = self.options.cpu_cores
+            session = ort_backend.open_session(model_file, config, placements[0], cores)
             signature = ort_backend.read_signature(session)
             autocomplete.complete_from_signature(
                 config, signature, fields, self.options.default_max_batch_size
             )
             config_validation.check_against_signature(config, signature)
-            sessions = [session] + [ort_backend.open_session(model_file, config, p) for p in placements[1:]]
+            sessions = [session] + [
+                ort_backend.open_session(model_file, config, p, cores) for p in placements[1:]
+            ]
             instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
             run_warmup(list(instances), config, folder)
             version.scheduler = create_scheduler(

@@ -139,7 +139,8 @@ class DynamicBatcher:
             inputs = first.inputs
         else:
             inputs = {name: np.concatenate([p.request.inputs[name] for p in batch]) for name in first.inputs}
-        outputs, timing = await self._pool.run(instance, inputs, _output_union(batch))
+        alone = len(batch) == 1 and first.alone
+        outputs, timing = await self._pool.run(instance, inputs, _output_union(batch), inline=alone)
         self._statistics.record_execution(sum(p.rows for p in batch), len(batch), timing)
         return outputs
 

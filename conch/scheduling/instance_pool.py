@@ -50,16 +50,21 @@ class InstancePool:
         self._idle.put_nowait(instance)
 
     async def run(
-        self, instance: ModelInstance, inputs: dict[str, np.ndarray], output_names: list[str]
+        self,
+        instance: ModelInstance,
+        inputs: dict[str, np.ndarray],
+        output_names: list[str],
+        inline: bool = False,
     ) -> tuple[dict[str, np.ndarray], ExecutionTiming]:
         """Run ``instance``; returns the outputs and compute timing.
 
-        An execution normally goes to the instance's worker thread. When this model's executions take
-        less than the hop to a thread and back costs, and there is a single instance, it runs right
-        here on the event loop instead: waiting for the thread would cost more than the model.
+        An execution normally goes to the instance's worker thread. It runs right here on the event
+        loop instead when the caller says nothing else needs the loop (``inline``: the request is alone
+        in the server), or when this model's executions take less than the hop to a thread and back
+        costs and there is a single instance: waiting for the thread would cost more than the model.
         """
         timing = ExecutionTiming()
-        if self._inline:
+        if self._inline or inline:
             outputs = instance.run(inputs, output_names, timing)
         else:
             loop = asyncio.get_running_loop()

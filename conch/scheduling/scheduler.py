@@ -16,6 +16,22 @@ from conch.observability.statistics import ModelStatistics
 from conch.scheduling.instance_pool import InstancePool
 
 
+class RequestsInFlight:
+    """How many requests are inside the server (any model, any protocol) right now.
+
+    Why: a request that is alone may run its model on the event loop thread instead of an instance's
+    worker thread, saving the hop there and back (about 70 us measured at concurrency 1), because
+    nothing else needs the loop meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @property
+    def alone(self) -> bool:
+        return self.count <= 1
+
+
 @dataclass(slots=True)
 class ScheduledRequest:
     """A validated request on its way to an instance. ``queue_ns`` is set by the scheduler."""
@@ -25,6 +41,12 @@ class ScheduledRequest:
     rows: int
     parameters: dict[str, Any] = field(default_factory=dict)
     queue_ns: int = 0
+    in_flight: RequestsInFlight | None = None
+
+    @property
+    def alone(self) -> bool:
+        """No other request is in the server now (checked when the request runs, not when it came)."""
+        return self.in_flight is not None and self.in_flight.alone
 
 
 class Scheduler(Protocol):
@@ -47,7 +69,9 @@ class DirectScheduler:
         instance = await self._pool.acquire()
         request.queue_ns = time.perf_counter_ns() - waited_from
         try:
-            outputs, timing = await self._pool.run(instance, request.inputs, request.output_names)
+            outputs, timing = await self._pool.run(
+                instance, request.inputs, request.output_names, inline=request.alone
+            )
         finally:
             self._pool.release(instance)
         self._statistics.record_execution(request.rows, 1, timing)

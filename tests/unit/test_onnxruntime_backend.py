@@ -213,6 +213,13 @@ def test_default_threads_share_the_cores_among_instances(
     assert default_intra_op_threads(instances) == threads
 
 
+def test_worker_processes_share_the_cores() -> None:
+    config = parse_config("instance_group [ { count: 1 } ]")
+
+    assert session_options(config, cores=3).intra_op_num_threads == 3
+    assert default_intra_op_threads(2, cores=1) == 1
+
+
 @pytest.mark.parametrize("value", ["two", "1.5", ""])
 def test_session_parameter_must_be_an_integer(value: str) -> None:
     with pytest.raises(
