@@ -1,8 +1,9 @@
 """``python -m bench.grpc_floor``: how many calls/s Python's gRPC server answers with no work at all.
 
-Why: the figure bounds what any Python gRPC frontend can do on this machine, conch included. A
+Why: the figures bound what any Python gRPC frontend can do on this machine, conch included. A
 ``grpc.aio`` servicer answers the ``tiny`` model's ModelInfer with a fixed response (no model, no
-validation), and perf_analyzer drives it at concurrency 32, as ``bench.run`` drives the servers.
+validation), and perf_analyzer drives it at concurrency 1 (the latency floor) and 32 (the throughput
+ceiling of one event loop), as ``bench.run`` drives the servers.
 """
 
 from __future__ import annotations
@@ -106,14 +107,17 @@ def main() -> None:
     try:
         _wait_listening(address)
         with tempfile.TemporaryDirectory() as workdir:
-            result = run_perf_analyzer("tiny", address, 32, args.seconds, Path(workdir))
+            results = {c: run_perf_analyzer("tiny", address, c, args.seconds, Path(workdir)) for c in (1, 32)}
     finally:
         server.terminate()
         server.join()
-    if not result.ok:
-        raise SystemExit(f"grpc_floor: {result.failure}")
-    print(f"empty grpc.aio servicer, perf_analyzer c=32: {result.throughput:,.0f} calls/s")
-    print(f"p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms")
+    for concurrency, result in results.items():
+        if not result.ok:
+            raise SystemExit(f"grpc_floor: {result.failure}")
+        print(
+            f"empty grpc.aio servicer, perf_analyzer c={concurrency}: {result.throughput:,.0f} calls/s, "
+            f"p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

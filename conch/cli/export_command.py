@@ -146,7 +146,9 @@ def _load_torchscript(path: Path) -> Any:
     try:
         import torch
     except ImportError:
-        raise CommandError("TorchScript files need torch: pip install 'conch[torch]'") from None
+        raise CommandError(
+            "TorchScript files need torch: pip install -e '.[torch]' in conch's source folder"
+        ) from None
     try:
         return torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError) as exc:
@@ -160,7 +162,9 @@ def _load_pickle(path: Path) -> Any:
     try:
         import joblib
     except ImportError:
-        raise CommandError("scikit-learn files need scikit-learn and skl2onnx installed") from None
+        raise CommandError(
+            "scikit-learn files need scikit-learn and skl2onnx installed: pip install -e '.[export]'"
+        ) from None
 
     try:
         return joblib.load(path)

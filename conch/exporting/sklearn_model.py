@@ -30,7 +30,10 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
     try:
         from skl2onnx import to_onnx
     except ImportError:
-        raise ExportError("exporting a scikit-learn model needs skl2onnx: pip install skl2onnx") from None
+        raise ExportError(
+            "exporting a scikit-learn model needs scikit-learn and skl2onnx: "
+            "pip install -e '.[export]' in conch's source folder"
+        ) from None
 
     if isinstance(sample, Mapping):
         sample = mapping_frame(sample)

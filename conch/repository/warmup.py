@@ -8,7 +8,8 @@ warm-up the first callers after a (re)load pay for it. Triton's semantics:
   the file name is relative to ``<model>/warmup/`` and holds the raw little-endian bytes of one sample
   (``dims``), BYTES elements each prefixed by a 4-byte little-endian length, as in the binary tensor
   extension. A shorter file fails; only the start of a longer one is read;
-- for a batching model the sample is repeated ``batch_size`` times along a new first dimension;
+- for a batching model the sample is repeated ``batch_size`` times along a new first dimension; a
+  sample with ``batch_size`` 0 is skipped;
 - a sample that fails makes the version UNAVAILABLE, with the sample's name in the reason.
 """
 
@@ -40,8 +41,12 @@ class WarmupSample:
 
 
 def warmup_samples(config: mc.ModelConfig, model_dir: Path) -> list[WarmupSample]:
-    """Every ``model_warmup`` entry of ``config``, with its data read or generated (seeded)."""
-    return [_sample(entry, config.max_batch_size > 0, model_dir) for entry in config.model_warmup]
+    """Every ``model_warmup`` entry of ``config``, with its data read or generated (seeded).
+
+    As Triton, an entry with ``batch_size`` 0 is skipped (``conch validate`` warns about it).
+    """
+    batching = config.max_batch_size > 0
+    return [_sample(entry, batching, model_dir) for entry in config.model_warmup if entry.batch_size > 0]
 
 
 def run_warmup(instances: list[ModelInstance], config: mc.ModelConfig, model_dir: Path) -> None:
@@ -59,8 +64,6 @@ def run_warmup(instances: list[ModelInstance], config: mc.ModelConfig, model_dir
 
 
 def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSample:
-    if batching and entry.batch_size < 1:
-        raise InvalidArgumentError(f"warm-up sample '{entry.name}': batch_size must be at least 1")
     rng = np.random.default_rng(0)
     inputs = {}
     for input_name, spec in sorted(entry.inputs.items()):
@@ -75,8 +78,8 @@ def _one_sample(
 ) -> np.ndarray:
     datatype = datatypes.from_config_type(spec.data_type)
     shape = tuple(spec.dims)
-    if any(d < 0 for d in shape):
-        raise InvalidArgumentError(f"{where}: dims {list(shape)} must be fixed sizes")
+    if any(d < 1 for d in shape):
+        raise InvalidArgumentError(f"{where}: dims {list(shape)} must be fixed sizes of 1 or more")
     source = spec.WhichOneof("input_data_type")
     if source == "input_data_file":
         try:

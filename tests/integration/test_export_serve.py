@@ -24,7 +24,10 @@ from tests.fixtures.notebook_models import (
     churn_classifier,
     customers,
     dropout_mlp,
+    forest_classifier,
+    images,
     measurements,
+    small_cnn,
     spend_regressor,
 )
 from tests.integration.server_process import ServerProcess
@@ -35,7 +38,13 @@ CLIENTS = {"http": httpclient, "grpc": grpcclient}
 @pytest.fixture(scope="module")
 def originals() -> dict[str, Any]:
     """The notebook objects, kept to compare the server's answers with."""
-    return {"churn": churn_classifier(), "spend": spend_regressor(), "mlp": dropout_mlp()}
+    return {
+        "churn": churn_classifier(),
+        "spend": spend_regressor(),
+        "mlp": dropout_mlp(),
+        "forest": forest_classifier(),
+        "cnn": small_cnn(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +57,8 @@ def server(
     export(originals["churn"], customers(20), repository=repository, name="churn")
     export(originals["spend"], customers(20, seed=2), repository=repository, name="spend", max_batch_size=8)
     export(originals["mlp"], measurements(10), repository=repository, name="mlp")
+    export(originals["forest"], measurements(10), repository=repository, name="forest")
+    export(originals["cnn"], images(4), repository=repository, name="cnn")
     return start_server(repository)
 
 
@@ -135,6 +146,37 @@ def test_torch_module_answers_as_in_eval_mode(
     mlp.train()
     np.testing.assert_array_equal(first, second)
     np.testing.assert_allclose(first, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_plain_estimator_answers_as_itself(
+    server: ServerProcess, originals: dict[str, Any], protocol: str
+) -> None:
+    rows = measurements(7, seed=14)
+    tensor = CLIENTS[protocol].InferInput("input", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows.astype(np.float32))
+
+    result = client_for(protocol, server).infer("forest", [tensor])
+
+    forest = originals["forest"]
+    assert result.as_numpy("label").ravel().tolist() == forest.predict(rows).tolist()
+    np.testing.assert_allclose(result.as_numpy("probabilities"), forest.predict_proba(rows), atol=1e-5)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_cnn_answers_as_in_eval_mode(server: ServerProcess, originals: dict[str, Any], protocol: str) -> None:
+    rows = images(3, seed=15)
+    tensor = CLIENTS[protocol].InferInput("input", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+
+    served = client_for(protocol, server).infer("cnn", [tensor]).as_numpy("output")
+
+    cnn = originals["cnn"]
+    cnn.eval()
+    with torch.no_grad():
+        expected = cnn(torch.from_numpy(rows)).numpy()
+    cnn.train()
+    np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_served_metadata_matches_the_exported_schema(server: ServerProcess) -> None:

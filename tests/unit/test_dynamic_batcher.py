@@ -16,7 +16,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import REJECT, BatchingSettings, QueuePolicy
 from conch.scheduling.dynamic_batcher import DynamicBatcher
 from conch.scheduling.instance_pool import InstancePool
-from conch.scheduling.scheduler import ScheduledRequest
+from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 POISON = -1.0
 
@@ -260,5 +260,40 @@ def test_close_cancels_the_batching_loop() -> None:
         assert loop_task.cancelled()
         assert instance.batch_sizes == [], "the queued request is never sent once the loop is gone"
         queued.cancel()
+
+    run(scenario)
+
+
+class ThreadRecorder(AddOne):
+    """AddOne that notes which thread ran it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        self.threads.append(threading.get_ident())
+        return super().run(inputs, output_names, timing)
+
+
+@pytest.mark.parametrize(("requests_in_server", "on_the_loop"), [(1, True), (2, False)])
+def test_a_request_alone_in_the_server_runs_on_the_event_loop(
+    requests_in_server: int, on_the_loop: bool
+) -> None:
+    async def scenario() -> None:
+        instance = ThreadRecorder()
+        batcher, _ = make_batcher(instance)
+        in_flight = RequestsInFlight()
+        in_flight.count = requests_in_server
+        request = scheduled(1)
+        request.in_flight = in_flight
+
+        result = await batcher.schedule(request)
+
+        assert result["OUTPUT0"].ravel().tolist() == [2]
+        assert (instance.threads == [threading.get_ident()]) is on_the_loop
+        batcher.close()
 
     run(scenario)

@@ -143,3 +143,9 @@ def test_zero_data_strings_are_empty_as_in_triton(tmp_path: Path) -> None:
     (sample,) = warmup_samples(config, tmp_path)
 
     assert sample.inputs["TEXT"].tolist() == [[b""], [b""]]
+
+
+def test_a_sample_with_batch_size_zero_is_skipped_as_triton_does(tmp_path: Path) -> None:
+    config = parse(ADD_SUB_WARMUP.replace("batch_size: 3", "batch_size: 0"))
+
+    assert warmup_samples(config, tmp_path) == []
