@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 import conch
 from tests.fixtures.onnx_models import (
+    ADD_SUB_CONFIG,
     IR_VERSION,
     OPSET,
     add_sub_model,
@@ -30,20 +31,6 @@ from tests.fixtures.onnx_models import (
     write_repository,
 )
 from tests.integration.server_process import ServerProcess
-
-ADD_SUB_CONFIG = """
-name: "add-sub"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
-]
-"""
 
 # Each versioned model has folders 1, 2 and 3; the policy decides which of them are served.
 VERSION_POLICIES = {
@@ -73,7 +60,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = write_repository(
         tmp_path_factory.mktemp("endpoints") / "models",
         {
-            "add-sub": (add_sub_model(), ADD_SUB_CONFIG),
+            "add-sub": (add_sub_model(), ADD_SUB_CONFIG.replace("{name}", "add-sub")),
             "multi-dtype": (multi_dtype_model(), None),
             "fixed-shape": (fixed_shape_model(), None),
             "counted": (add_sub_model(), None),
