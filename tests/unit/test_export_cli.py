@@ -16,7 +16,13 @@ import torch
 from conch.cli.main import build_parser
 from conch.exporting import DEFAULT_MAX_BATCH_SIZE
 from conch.packaging.metadata import read_metadata
-from tests.fixtures.notebook_models import churn_classifier, customers, dropout_mlp, measurements
+from tests.fixtures.notebook_models import (
+    churn_classifier,
+    customers,
+    dropout_mlp,
+    forest_classifier,
+    measurements,
+)
 from tests.fixtures.onnx_models import add_sub_model
 
 
@@ -184,3 +190,21 @@ def test_help_states_the_library_default(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["export", "--help"])
     assert f"(default {DEFAULT_MAX_BATCH_SIZE})" in capsys.readouterr().out
+
+
+def test_trusted_plain_pickle_estimator_with_a_npy_sample(tmp_path: Path) -> None:
+    forest = forest_classifier()
+    (tmp_path / "forest.pkl").write_bytes(pickle.dumps(forest))
+    rows = measurements(6, seed=3)
+    np.save(tmp_path / "sample.npy", rows)
+
+    done = conch_export(
+        tmp_path / "forest.pkl", "--sample", tmp_path / "sample.npy", "--repository", tmp_path,
+        "--name", "forest", "--trust-pickle",
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    session = ort.InferenceSession(str(tmp_path / "forest" / "1" / "model.onnx"))
+    label, probabilities = session.run(None, {"input": rows.astype(np.float32)})
+    assert label.ravel().tolist() == forest.predict(rows).tolist()
+    np.testing.assert_allclose(probabilities, forest.predict_proba(rows), atol=1e-5)

@@ -65,6 +65,17 @@ def test_classifier_pipeline_with_missing_values_and_categories(tmp_path: Path) 
     np.testing.assert_allclose(outputs["probabilities"], model.predict_proba(sample), rtol=1e-4, atol=1e-5)
 
 
+def test_a_missing_category_travels_as_an_empty_string(tmp_path: Path) -> None:
+    model, sample = churn_classifier(), customers(20, seed=8)
+    sample.loc[::3, "plan"] = None  # one-hot with handle_unknown="ignore": all zeros, in both
+
+    version_dir = export(model, sample, repository=tmp_path, name="churn")
+
+    served_rows = sample.assign(plan=sample["plan"].fillna(""))
+    outputs = run_frame(version_dir, served_rows)
+    np.testing.assert_allclose(outputs["probabilities"], model.predict_proba(sample), rtol=1e-4, atol=1e-5)
+
+
 def test_config_comes_from_the_graph_with_batching_on(tmp_path: Path) -> None:
     export(churn_classifier(), customers(10), repository=tmp_path, name="churn", max_batch_size=16)
 
