@@ -54,13 +54,16 @@ class Peer:
     packages: tuple[str, ...]
 
 
-def conch_server(workdir: Path, models: Sequence[str], workers: int = 1) -> ServerProcess:
-    """``conch serve`` on the conch repository of ``models``, with ``workers`` processes."""
+def conch_server(
+    workdir: Path, models: Sequence[str], workers: int = 1, grpc_relay: bool = False
+) -> ServerProcess:
+    """``conch serve`` on the conch repository of ``models``, with ``workers`` processes, and gRPC from
+    the relay process when ``grpc_relay``."""
     repository = write_conch_repository(workdir / "conch-repo", models)
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += [f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
-    command += [f"--workers={workers}"]
+    command += [f"--workers={workers}", f"--grpc-relay={str(grpc_relay).lower()}"]
     return ServerProcess("conch", command, ports, workdir / "conch.log", ready_timeout_s=120)
 
 
@@ -169,6 +172,14 @@ PEERS = {
             "conch, 2 workers",
             ("http", "grpc"),
             functools.partial(conch_server, workers=2),
+            lambda: Path(sys.executable),
+            ("conch", "onnxruntime", "grpcio", "uvicorn"),
+        ),
+        Peer(
+            "conch-relay",
+            "conch, gRPC relay",
+            ("grpc",),
+            functools.partial(conch_server, grpc_relay=True),
             lambda: Path(sys.executable),
             ("conch", "onnxruntime", "grpcio", "uvicorn"),
         ),

@@ -24,6 +24,7 @@ import uvloop
 from prometheus_client import make_asgi_app
 
 from conch.control_channel import ControlChannel
+from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
 from conch.observability.metrics import create_registry
@@ -46,6 +47,7 @@ class ServeSettings:
     strict_readiness: bool = True
     default_max_batch_size: int = 4
     workers: int = 1
+    grpc_relay: bool = False
 
 
 def embedded_repository() -> Path:
@@ -102,12 +104,18 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     repository = ModelRepository(settings.repository, options)
     server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
+    grpc_address = f"{settings.host}:{settings.grpc_port}"
+    grpc_server, relay = None, None
     try:
-        grpc_server = create_grpc_server(
-            server, f"{settings.host}:{settings.grpc_port}", reuse_port=worker is not None
-        )
+        if settings.grpc_relay:
+            relay = RelayEndpoint(server, grpc_address)
+            await relay.start()
+        else:
+            grpc_server = create_grpc_server(server, grpc_address, reuse_port=worker is not None)
     except RuntimeError:
-        raise ServeError(f"cannot listen on {settings.host}:{settings.grpc_port} (gRPC)") from None
+        raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
+    except RelayStartError as exc:
+        raise ServeError(str(exc)) from None
     repository.load_all()
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
@@ -119,7 +127,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
-    await grpc_server.start()
+    if grpc_server is not None:
+        await grpc_server.start()
+    if relay is not None:
+        relay.open()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -139,7 +150,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     server.started = False
     for each in servers:
         each.should_exit = True
-    await grpc_server.stop(grace=5)
+    if grpc_server is not None:
+        await grpc_server.stop(grace=5)
+    if relay is not None:
+        await relay.stop()
     await asyncio.gather(*serving, return_exceptions=True)
     for task in tasks:
         task.cancel()

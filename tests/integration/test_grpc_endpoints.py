@@ -32,11 +32,14 @@ version_policy: { all: {} }
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["in-process", "relay"])
 def server(
-    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+    start_server: Callable[..., ServerProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> ServerProcess:
-    """simple (versions 1 and 2), multi-dtype and fixed-shape (no config.pbtxt), broken (not ONNX)."""
+    """simple (versions 1 and 2), multi-dtype and fixed-shape (no config.pbtxt), broken (not ONNX); every
+    test runs against gRPC served in-process and through the relay process (``--grpc-relay``)."""
     root = write_repository(
         tmp_path_factory.mktemp("grpc-endpoints"),
         {
@@ -49,7 +52,8 @@ def server(
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"these bytes are not an ONNX model")
     # Without strict readiness the server is ready although "broken" failed to load.
-    return start_server(root, "--strict-readiness", "false")
+    relay = str(request.param == "relay").lower()
+    return start_server(root, "--strict-readiness", "false", "--grpc-relay", relay)
 
 
 @pytest.fixture(scope="module")

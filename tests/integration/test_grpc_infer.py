@@ -41,14 +41,17 @@ MODELS: dict[str, onnx.ModelProto] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["in-process", "relay"])
 def server(
-    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+    start_server: Callable[..., ServerProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> ServerProcess:
-    """An identity model per datatype, add-sub, multi-dtype (all auto-completed) and digits-mlp."""
+    """An identity model per datatype, add-sub, multi-dtype (all auto-completed) and digits-mlp; every
+    test runs against gRPC served in-process and through the relay process (``--grpc-relay``)."""
     root = write_repository(tmp_path_factory.mktemp("grpc-infer"), {n: (m, None) for n, m in MODELS.items()})
     shutil.copytree(EXAMPLES / "digits-mlp", root / "digits-mlp")
-    return start_server(root)
+    return start_server(root, "--grpc-relay", str(request.param == "relay").lower())
 
 
 @pytest.fixture(scope="module")

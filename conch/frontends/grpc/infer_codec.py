@@ -70,6 +70,14 @@ def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
     return message
 
 
+def stream_error(request_id: str, error: str) -> pb.ModelStreamInferResponse:
+    """A failed streamed request's answer. As Triton: the request's id rides along, so a client can
+    tell which request failed."""
+    return pb.ModelStreamInferResponse(
+        error_message=error, infer_response=pb.ModelInferResponse(id=request_id)
+    )
+
+
 def decode_parameters(parameters: Any) -> dict[str, Any]:
     """``map<string, InferParameter>`` as plain Python values."""
     decoded: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError, ErrorKind
 from conch.frontends.grpc import infer_codec
+from conch.frontends.grpc.grpc_options import grpc_server_options
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -101,10 +102,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 reply = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
-                reply = _stream_error(message, exc.message)
+                reply = infer_codec.stream_error(message.id, exc.message)
             except Exception:
                 log.exception("stream inference failed")
-                reply = _stream_error(message, "internal server error")
+                reply = infer_codec.stream_error(message.id, "internal server error")
             await answers.put(reply)
 
         async def read_all() -> None:
@@ -129,13 +130,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return infer_codec.encode_response(response)
 
 
-def _stream_error(message: pb.ModelInferRequest, error: str) -> pb.ModelStreamInferResponse:
-    # As Triton: the failed request's id rides along, so a client can tell which request failed.
-    return pb.ModelStreamInferResponse(
-        error_message=error, infer_response=pb.ModelInferResponse(id=message.id)
-    )
-
-
 async def _call(context: Any, produce: Callable[[], T]) -> T:
     try:
         return produce()
@@ -149,19 +143,9 @@ async def _abort(context: Any, exc: ConchError) -> None:
 
 
 def create_grpc_server(server: InferenceServer, address: str, reuse_port: bool = False) -> grpc.aio.Server:
-    """A ``grpc.aio`` server bound to ``address`` with the inference service registered.
-
-    ``reuse_port`` lets several worker processes listen on the same port; otherwise a port already
-    taken is an error rather than silently shared.
-    """
-    limit = 512 * 1024 * 1024
-    grpc_server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", int(reuse_port)),
-        ]
-    )
+    """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
+    :func:`grpc_server_options` for ``reuse_port``)."""
+    grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(server), grpc_server)
     grpc_server.add_insecure_port(address)
     return grpc_server
