@@ -145,7 +145,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         *(settings.host, settings.http_port, settings.host, settings.grpc_port),
         *(settings.host, settings.metrics_port),
     )
-    await asyncio.wait([asyncio.create_task(stopping.wait()), *serving], return_when=asyncio.FIRST_COMPLETED)
+    waits = [asyncio.create_task(stopping.wait()), *serving]
+    if relay is not None:
+        waits.append(asyncio.create_task(relay.lost.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
     server.started = False
     for each in servers:
@@ -159,6 +162,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         task.cancel()
     repository.close()
     log.info("stopped")
+    if relay is not None and relay.lost.is_set():
+        raise ServeError("the gRPC relay process exited; the server stopped")
 
 
 def _own_statistics(server: InferenceServer) -> Callable[[object], Awaitable[list[ModelStatistics]]]:
@@ -184,7 +189,7 @@ def listen(host: str, port: int, what: str) -> socket.socket:
 
 
 class ServeError(Exception):
-    """The server could not start listening."""
+    """The server could not start listening, or lost a part it cannot serve without."""
 
 
 #: How long a thread may hold the GIL before another may take it. Python's default, 5 ms, makes a

@@ -76,3 +76,15 @@ def test_the_relay_is_for_one_process() -> None:
 
     assert done.returncode == 2
     assert "use it without --workers" in done.stderr
+
+
+def test_a_relay_that_dies_stops_the_server_with_an_error(tmp_path: Path) -> None:
+    root = write_repository(tmp_path / "models", {"add-sub": (add_sub_model(), None)})
+    server = ServerProcess(root, ["--grpc-relay", "true"]).start(tmp_path)
+    (relay,) = relay_processes(server)
+
+    relay.kill()
+
+    assert server.process is not None
+    assert server.process.wait(timeout=30) == 1
+    assert "conch: the gRPC relay process exited; the server stopped" in server.log()

@@ -57,6 +57,9 @@ class RelayEndpoint:
         self._process: asyncio.subprocess.Process | None = None
         self._unix_server: asyncio.AbstractServer | None = None
         self._calls: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        #: Set when the relay went away while the server was not stopping: gRPC is down.
+        self.lost = asyncio.Event()
 
     async def start(self) -> None:
         """Start the relay and wait until it has bound the gRPC port and connected."""
@@ -93,6 +96,7 @@ class RelayEndpoint:
 
     async def stop(self) -> None:
         """Close the connection (the relay then exits) and wait for the process."""
+        self._stopping = True
         if self._connected is not None and self._connected.done():
             self._connected.result().close()
         if self._unix_server is not None:
@@ -119,7 +123,9 @@ class RelayEndpoint:
                 self._calls.add(task)
                 task.add_done_callback(self._calls.discard)
         except (asyncio.IncompleteReadError, ConnectionError):
-            log.info("the gRPC relay disconnected")
+            if not self._stopping:
+                log.error("the gRPC relay process went away; stopping the server so it can be restarted")
+                self.lost.set()
 
     async def _answer(self, writer: asyncio.StreamWriter, call_id: int, method: int, payload: bytes) -> None:
         status, reply = await self._call(method, payload)
