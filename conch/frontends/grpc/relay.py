@@ -32,6 +32,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from conch.frontends.grpc.grpc_options import grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
+from conch.frontends.grpc.streaming import answer_concurrently
 
 log = logging.getLogger(__name__)
 
@@ -88,33 +89,16 @@ class Relay:
         return grpc.unary_unary_rpc_method_handler(relay)
 
     def stream_handler(self) -> grpc.RpcMethodHandler:
+        async def answer(request: bytes) -> bytes:
+            status, payload = await self.call(MODEL_INFER, request)
+            if status:
+                request_id = pb.ModelInferRequest.FromString(request).id
+                return bytes(stream_error(request_id, payload.decode()).SerializeToString())
+            return _STREAM_RESPONSE_FIELD + _varint(len(payload)) + payload
+
         async def relay(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-            answers: asyncio.Queue[bytes | None] = asyncio.Queue()
-            pending: set[asyncio.Task[None]] = set()
-
-            async def answer(request: bytes) -> None:
-                status, payload = await self.call(MODEL_INFER, request)
-                if status:
-                    request_id = pb.ModelInferRequest.FromString(request).id
-                    await answers.put(stream_error(request_id, payload.decode()).SerializeToString())
-                else:
-                    await answers.put(_STREAM_RESPONSE_FIELD + _varint(len(payload)) + payload)
-
-            async def read_all() -> None:
-                async for request in requests:
-                    task = asyncio.create_task(answer(request))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                while pending:
-                    await asyncio.gather(*list(pending))
-                await answers.put(None)
-
-            reader = asyncio.create_task(read_all())
-            try:
-                while (reply := await answers.get()) is not None:
-                    yield reply
-            finally:
-                reader.cancel()
+            async for reply in answer_concurrently(requests, answer):
+                yield reply
 
         return grpc.stream_stream_rpc_method_handler(relay)
 

@@ -5,7 +5,6 @@ Errors leave through :func:`_abort` only, which maps a :class:`ConchError` kind 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -18,6 +17,7 @@ from tritonclient.grpc import service_pb2_grpc
 from conch.core.errors import ConchError, ErrorKind
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.grpc_options import grpc_server_options
+from conch.frontends.grpc.streaming import answer_concurrently
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -95,34 +95,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests on one stream run concurrently; each answer (or error) is sent when ready."""
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
 
-        async def answer(message: pb.ModelInferRequest) -> None:
+        async def answer(message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
             try:
-                reply = pb.ModelStreamInferResponse(infer_response=await self._infer(message))
+                return pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
-                reply = infer_codec.stream_error(message.id, exc.message)
+                return infer_codec.stream_error(message.id, exc.message)
             except Exception:
                 log.exception("stream inference failed")
-                reply = infer_codec.stream_error(message.id, "internal server error")
-            await answers.put(reply)
+                return infer_codec.stream_error(message.id, "internal server error")
 
-        async def read_all() -> None:
-            async for message in request_iterator:
-                task = asyncio.create_task(answer(message))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            while pending:
-                await asyncio.gather(*list(pending))
-            await answers.put(None)
-
-        reader = asyncio.create_task(read_all())
-        try:
-            while (reply := await answers.get()) is not None:
-                yield reply
-        finally:
-            reader.cancel()
+        async for reply in answer_concurrently(request_iterator, answer):
+            yield reply
 
     async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
         request = infer_codec.decode_request(message)
