@@ -19,6 +19,10 @@ from conch.core.types import ExecutionTiming
 #: the benchmark's tiny model took 40-60 us (GIL hand-offs included) against 10-15 us inline, and the
 #: round trip to the thread cost more than the model.
 INLINE_BELOW_NS = 200_000
+#: A request alone in the server runs on the event loop only when this model's executions average less
+#: than this: the loop answers nothing else meanwhile (health checks, a second request that could use
+#: another instance), so a slow model must not hold it.
+INLINE_ALONE_BELOW_NS = 2_000_000
 _SMOOTHING = 0.1
 
 
@@ -60,11 +64,12 @@ class InstancePool:
 
         An execution normally goes to the instance's worker thread. It runs right here on the event
         loop instead when the caller says nothing else needs the loop (``inline``: the request is alone
-        in the server), or when this model's executions take less than the hop to a thread and back
-        costs and there is a single instance: waiting for the thread would cost more than the model.
+        in the server) and the model's executions are short (:data:`INLINE_ALONE_BELOW_NS`), or when
+        they take less than the hop to a thread and back costs and there is a single instance: waiting
+        for the thread would cost more than the model.
         """
         timing = ExecutionTiming()
-        if self._inline or inline:
+        if self._inline or (inline and self._average_ns < INLINE_ALONE_BELOW_NS):
             outputs = instance.run(inputs, output_names, timing)
         else:
             loop = asyncio.get_running_loop()

@@ -297,3 +297,31 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
         batcher.close()
 
     run(scenario)
+
+
+class SlowRecorder(ThreadRecorder):
+    """ThreadRecorder that takes 30 ms, and reports it in its timing as a backend does."""
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        time.sleep(0.03)
+        timing.compute_infer_ns = 30_000_000
+        return super().run(inputs, output_names, timing)
+
+
+def test_a_slow_model_alone_goes_back_to_its_thread_once_measured() -> None:
+    async def scenario() -> None:
+        instance = SlowRecorder()
+        batcher, _ = make_batcher(instance)
+        in_flight = RequestsInFlight()
+        in_flight.count = 1
+        for _ in range(2):
+            request = scheduled(1)
+            request.in_flight = in_flight
+            await batcher.schedule(request)
+
+        assert instance.threads[-1] != threading.get_ident(), "a 30 ms model must not hold the event loop"
+        batcher.close()
+
+    run(scenario)
