@@ -116,7 +116,12 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
     except RelayStartError as exc:
         raise ServeError(str(exc)) from None
-    repository.load_all()
+    try:
+        repository.load_all()
+    except BaseException:
+        if relay is not None:
+            await relay.stop()  # the relay must not outlive a server that failed to load
+        raise
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
     servers = [uvicorn_server(HttpFrontend(server))]

@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-relay",
         type=_bool,
         default=_bool(_env("GRPC_RELAY", "false")),
-        help="serve gRPC from a separate relay process: more gRPC calls/s under load, about 0.15 ms more "
-        "for a lone call; one process only, not with --workers (CONCH_GRPC_RELAY, default false)",
+        help="serve gRPC from a separate relay process: more gRPC calls/s under load, a little more "
+        "latency for a lone call (see docs/tuning.md); one process only, not with --workers "
+        "(CONCH_GRPC_RELAY, default false)",
     )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
     for name in TOOLCHAIN_COMMANDS:

@@ -4,8 +4,8 @@ The rules live here once and produce :class:`Finding` objects, so two users shar
 
 - the server (:func:`check_identity`, :func:`check_against_signature`) raises the first error as an
   :class:`InvalidArgumentError`, and the model shows as UNAVAILABLE with that reason;
-- ``conch validate`` reports every finding, and adds the rules the server does not enforce at load
-  time (:func:`batching_findings`, :func:`reshape_findings`), which Triton refuses at load.
+- ``conch validate`` reports every finding. Both run :func:`batching_findings` and
+  :func:`reshape_findings` too, which Triton also refuses at load.
 
 Each finding's ``field`` names the exact place in the config (``input[0].dims``).
 """

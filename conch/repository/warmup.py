@@ -61,6 +61,10 @@ def run_warmup(instances: list[ModelInstance], config: mc.ModelConfig, model_dir
                     raise InvalidArgumentError(
                         f"warm-up sample '{sample.name}' failed: {exc.message}"
                     ) from None
+                except Exception as exc:  # e.g. dims that do not fit the input's reshape
+                    raise InvalidArgumentError(
+                        f"warm-up sample '{sample.name}' failed: {type(exc).__name__}: {exc}"
+                    ) from None
 
 
 def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSample:
@@ -81,6 +85,8 @@ def _one_sample(
     if any(d < 1 for d in shape):
         raise InvalidArgumentError(f"{where}: dims {list(shape)} must be fixed sizes of 1 or more")
     source = spec.WhichOneof("input_data_type")
+    if source is None:
+        raise InvalidArgumentError(f"{where}: no data: set zero_data, random_data or input_data_file")
     if source == "input_data_file":
         try:
             return read_warmup_file(model_dir, spec)

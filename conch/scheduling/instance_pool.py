@@ -43,7 +43,8 @@ class InstancePool:
         for instance in instances:
             self._idle.put_nowait(instance)
         self.count = len(instances)
-        self._average_ns = float(INLINE_BELOW_NS)  # start on the worker thread until measured
+        # Start on the worker thread, even for a request alone, until executions are measured.
+        self._average_ns = float(INLINE_ALONE_BELOW_NS)
         self._inline = False
 
     async def acquire(self) -> ModelInstance:

@@ -155,10 +155,11 @@ def _file_findings(model_dir: Path, spec: WarmupInput, model: str, field: str) -
                 if elements is None
                 else (f"holds {len(elements)} elements")
             )
+            too_large = elements is not None and len(elements) > count  # the server reads the start
             return [
                 Finding(
-                    "warmup-file-size",
-                    Severity.ERROR,
+                    "warmup-file-too-large" if too_large else "warmup-file-size",
+                    Severity.WARNING if too_large else Severity.ERROR,
                     model,
                     field,
                     f"warm-up file '{spec.input_data_file}' {held}; dims {list(spec.dims)} need {count}",

@@ -147,10 +147,12 @@ def test_bytes_warm_up_file_with_one_length_prefixed_element(tmp_path: Path) -> 
     assert problems(text_model(tmp_path, length_prefixed("héllo".encode()))) == []
 
 
-def test_bytes_warm_up_file_with_the_wrong_element_count(tmp_path: Path) -> None:
+def test_bytes_warm_up_file_with_more_elements_is_a_warning(tmp_path: Path) -> None:
     findings = text_model(tmp_path, length_prefixed(b"a", b"b"))
 
-    assert "holds 2 elements; dims [1] need 1" in found(findings, "warmup-file-size").message
+    finding = found(findings, "warmup-file-too-large")
+    assert "holds 2 elements; dims [1] need 1" in finding.message
+    assert finding.severity is Severity.WARNING, "the server reads the start, as Triton"
 
 
 def test_bytes_warm_up_file_that_is_not_length_prefixed(tmp_path: Path) -> None:

@@ -149,3 +149,28 @@ def test_a_sample_with_batch_size_zero_is_skipped_as_triton_does(tmp_path: Path)
     config = parse(ADD_SUB_WARMUP.replace("batch_size: 3", "batch_size: 0"))
 
     assert warmup_samples(config, tmp_path) == []
+
+
+def test_a_sample_without_data_or_that_breaks_a_reshape_makes_the_version_unavailable(tmp_path: Path) -> None:
+    no_data = ADD_SUB_WARMUP.replace('name: "add_sub"', 'name: "no_data"').replace("zero_data: true", "")
+    bad_reshape = (
+        ADD_SUB_WARMUP.replace('name: "add_sub"', 'name: "reshaped"').replace(
+            "dims: [16] zero_data", "dims: [3] zero_data"
+        )
+        + 'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] reshape: { shape: [ 16 ] } },\n'
+        + '        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    )
+    root = write_repository(
+        tmp_path / "models",
+        {"no_data": (add_sub_model(), no_data), "reshaped": (add_sub_model(), bad_reshape)},
+    )
+
+    repository = ModelRepository(root)
+    repository.load_all()
+    try:
+        no_data_reason = repository.model("no_data").versions[1].reason
+        reshaped_reason = repository.model("reshaped").versions[1].reason
+        assert "input 'INPUT0': no data" in no_data_reason
+        assert "warm-up sample 'zeros' failed: ValueError" in reshaped_reason
+    finally:
+        repository.close()

@@ -62,7 +62,7 @@ class Relay:
         """Send one call; returns (0, response bytes) or (gRPC status code, message)."""
         call_id = next(self._ids) & 0xFFFFFFFF
         reply = self._waiting[call_id] = asyncio.get_running_loop().create_future()
-        self._writer.write(HEADER.pack(len(request), call_id, method) + request)
+        self._writer.writelines((HEADER.pack(len(request), call_id, method), request))
         return await reply
 
     async def read_replies(self) -> None:

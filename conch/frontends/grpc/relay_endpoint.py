@@ -46,11 +46,15 @@ class _RelayedCallContext:
         raise _Aborted(code, details)
 
 
+_CONTEXT = _RelayedCallContext()
+
+
 class RelayEndpoint:
     """Starts the relay for ``address`` and answers its calls with ``server``."""
 
     def __init__(self, server: InferenceServer, address: str) -> None:
-        self._servicer = InferenceServicer(server)
+        servicer = InferenceServicer(server)
+        self._handlers: list[Any] = [getattr(servicer, m.name) for m in UNARY_METHODS]
         self._address = address
         self._folder = tempfile.TemporaryDirectory(prefix="conch-relay-")
         self._connected: asyncio.Future[asyncio.StreamWriter] | None = None
@@ -74,6 +78,9 @@ class RelayEndpoint:
             self._address,
             "--socket",
             socket_path,
+            # Its own session: a signal to the server's process group (Ctrl-C, systemd's stop) must not
+            # kill the relay under calls still in flight; it exits when the server closes its socket.
+            start_new_session=True,
         )
         connected = asyncio.ensure_future(asyncio.shield(self._connected))
         exited = asyncio.ensure_future(self._process.wait())
@@ -87,6 +94,8 @@ class RelayEndpoint:
         await self.stop()
         if code == EXIT_CANNOT_LISTEN:
             raise RelayStartError(f"cannot listen on {self._address} (gRPC)")
+        if code is None:
+            raise RelayStartError(f"the gRPC relay did not connect within {_CONNECT_TIMEOUT_S:g} s")
         raise RelayStartError(f"the gRPC relay did not start (exit status {code})")
 
     def open(self) -> None:
@@ -95,8 +104,11 @@ class RelayEndpoint:
         self._connected.result().write(GO)
 
     async def stop(self) -> None:
-        """Close the connection (the relay then exits) and wait for the process."""
+        """Let calls in flight finish (5 s at most, as the in-process server's grace), then close the
+        connection (the relay then exits) and wait for the process."""
         self._stopping = True
+        if self._calls:
+            await asyncio.wait(set(self._calls), timeout=5)
         if self._connected is not None and self._connected.done():
             self._connected.result().close()
         if self._unix_server is not None:
@@ -130,16 +142,18 @@ class RelayEndpoint:
     async def _answer(self, writer: asyncio.StreamWriter, call_id: int, method: int, payload: bytes) -> None:
         status, reply = await self._call(method, payload)
         if not writer.is_closing():
-            writer.write(HEADER.pack(len(reply), call_id, status) + reply)
+            writer.writelines((HEADER.pack(len(reply), call_id, status), reply))
 
     async def _call(self, method: int, payload: bytes) -> tuple[int, bytes]:
         try:
             request = _REQUEST_TYPES[method].FromString(payload)
         except (IndexError, DecodeError):
             return grpc.StatusCode.INVALID_ARGUMENT.value[0], b"the request is not a valid protobuf message"
-        handler: Any = getattr(self._servicer, UNARY_METHODS[method].name)
         try:
-            response = await handler(request, _RelayedCallContext())
+            response = await self._handlers[method](request, _CONTEXT)
         except _Aborted as exc:
             return exc.code.value[0], exc.details.encode()
+        except Exception:
+            log.exception("relayed gRPC call %s failed", UNARY_METHODS[method].name)
+            return grpc.StatusCode.INTERNAL.value[0], b"internal server error"
         return 0, response.SerializeToString()
