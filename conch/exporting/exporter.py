@@ -33,6 +33,7 @@ from conch.exporting.model_config import ConfigPlan, config_text, plan_config
 from conch.exporting.samples import graph_feeds
 from conch.exporting.staging import Staging
 from conch.exporting.warmup_files import add_warmup
+from conch.packaging.archive import PackageError, check_model_name
 from conch.packaging.metadata import (
     CONFIG_FILENAME,
     ModelMetadata,
@@ -99,8 +100,10 @@ def export(
 
 
 def _check_arguments(name: str, version: int | None, max_batch_size: int) -> None:
-    if not name or name.startswith(".") or "/" in name or "\\" in name:
-        raise ExportError(f"model name '{name}' must be one folder name that does not start with '.'")
+    try:
+        check_model_name(name)  # the rule `conch package` and `conch install` apply, checked up front
+    except PackageError as exc:
+        raise ExportError(str(exc)) from None
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise ExportError(f"version must be a whole number of at least 1, got {version!r}")
     if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 0:

@@ -125,8 +125,9 @@ def test_an_unknown_kind_of_model_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"name": "../escape"}, "must be one folder name"),
-        ({"name": ".hidden"}, "must be one folder name"),
+        ({"name": "../escape"}, "is not a safe folder name"),
+        ({"name": ".hidden"}, "is not a safe folder name"),
+        ({"name": "my model"}, "is not a safe folder name"),
         ({"name": "ok", "version": 0}, "version must be a whole number of at least 1"),
         ({"name": "ok", "max_batch_size": -1}, "max_batch_size must be a whole number of at least 0"),
     ],
