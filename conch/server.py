@@ -18,7 +18,7 @@ from conch.core.errors import ConchError, InternalError
 from conch.core.request_validation import validate_request
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.observability.statistics import ModelStatistics
-from conch.repository.config import config_to_json
+from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
@@ -70,14 +70,13 @@ class InferenceServer:
         model = self.repository.model(name)
         served = model.ready_version(version)
         config = served.config
-        batch = [-1] if config.max_batch_size > 0 else []
         versions = [str(v.version) for v in model.ready_versions] if not version else [str(served.version)]
         return {
             "name": name,
             "versions": versions,
             "platform": config.platform or config.backend,
-            "inputs": [_tensor_metadata(e, batch) for e in config.input],
-            "outputs": [_tensor_metadata(e, batch) for e in config.output],
+            "inputs": [tensor_metadata(e, config.max_batch_size > 0) for e in config.input],
+            "outputs": [tensor_metadata(e, config.max_batch_size > 0) for e in config.output],
         }
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
@@ -152,14 +151,6 @@ class InferenceServer:
                 Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names
             ],
         )
-
-
-def _tensor_metadata(entry: Any, batch: list[int]) -> dict[str, Any]:
-    return {
-        "name": entry.name,
-        "datatype": datatypes.from_config_type(entry.data_type).name,
-        "shape": batch + list(entry.dims),
-    }
 
 
 def _failure_reason(exc: ConchError) -> str:

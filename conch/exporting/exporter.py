@@ -23,7 +23,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.backends.signature import ModelSignature
-from conch.core import datatypes
 from conch.core.errors import ConchError
 from conch.core.types import ExecutionTiming
 from conch.exporting.agreement import check_agreement
@@ -43,7 +42,8 @@ from conch.packaging.metadata import (
     write_metadata,
 )
 from conch.repository.autocomplete import DEFAULT_MODEL_FILENAME
-from conch.repository.version_policy import version_folders
+from conch.repository.config import tensor_metadata
+from conch.repository.version_policy import next_version, version_folders
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,7 @@ def _version_number(model_dir: Path, version: int | None) -> int:
         raise ExportError(f"repository '{model_dir.parent}' exists and is not a folder")
     if model_dir.exists() and not model_dir.is_dir():
         raise ExportError(f"'{model_dir}' exists and is not a model folder")
-    existing = version_folders(model_dir) if model_dir.is_dir() else []
-    following = max(existing, default=0) + 1
+    following = next_version(model_dir)
     if version is None:
         return following
     if (model_dir / str(version)).exists():
@@ -198,12 +197,5 @@ def _version_metadata(
 
 
 def _schema(entries: Any, batching: bool) -> list[TensorSchema]:
-    # What callers see: the config's dims, after the batch dimension when the model batches.
-    return [
-        TensorSchema(
-            name=entry.name,
-            datatype=datatypes.from_config_type(entry.data_type).name,
-            shape=([-1] if batching else []) + list(entry.dims),
-        )
-        for entry in entries
-    ]
+    # What callers see, exactly as the server's model metadata shows it.
+    return [TensorSchema(**tensor_metadata(entry, batching)) for entry in entries]

@@ -16,10 +16,8 @@ Otherwise the operator's config, with whatever they tuned in it, stays.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import shutil
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,13 +31,14 @@ from conch.packaging.metadata import (
     ModelMetadata,
     mismatched_files,
     model_file_checksums,
+    sha256_chunks,
     version_file_checksums,
     write_metadata,
 )
 from conch.packaging.semver import SemVer, SemVerError, parse_semver
 from conch.packaging.upgrade import check_upgrade
 from conch.repository.config import parse_config
-from conch.repository.version_policy import version_folders
+from conch.repository.version_policy import next_version, version_folders
 
 _VERSION_PREFIX = f"{PACKAGE_VERSION_FOLDER}/"
 _METADATA_PLACE = f"{_VERSION_PREFIX}{METADATA_FILENAME}"
@@ -80,7 +79,7 @@ def install_package(package: Path, repository: Path, version: int | None = None)
     if model_dir.exists() and not model_dir.is_dir():
         raise PackageError(f"{model_dir} exists but is not a folder: move it away to install '{name}'")
     existing = version_folders(model_dir) if model_dir.is_dir() else []
-    number = _version_number(model_dir, existing, version)
+    number = _version_number(model_dir, version)
     from_package = check_upgrade(model_dir, existing, number, verified.metadata, verified.semver)
     replaced = from_package and model_dir.is_dir()
     try:
@@ -126,17 +125,10 @@ def _read_package(path: Path) -> tuple[str, dict[str, str], dict[str, bytes]]:
             place = member.place.as_posix()
             if place in (_METADATA_PLACE, CONFIG_FILENAME):
                 small_files[place] = b"".join(member.chunks())
-                digests[place] = hashlib.sha256(small_files[place]).hexdigest()
+                digests[place] = sha256_chunks([small_files[place]])
             else:
-                digests[place] = _sha256(member.chunks())
+                digests[place] = sha256_chunks(member.chunks())
     return top, digests, small_files
-
-
-def _sha256(chunks: Iterable[bytes]) -> str:
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _package_metadata(text: bytes | None, path: Path) -> tuple[ModelMetadata, SemVer]:
@@ -184,13 +176,13 @@ def _check_config(text: bytes | None, name: str) -> None:
         raise PackageError(f"{CONFIG_FILENAME} in the package names model '{config.name}', not '{name}'")
 
 
-def _version_number(model_dir: Path, existing: list[int], wanted: int | None) -> int:
+def _version_number(model_dir: Path, wanted: int | None) -> int:
+    free = next_version(model_dir)
     if wanted is None:
-        return existing[-1] + 1 if existing else 1
+        return free
     if wanted < 1:
         raise PackageError(f"version {wanted} is not a version number: use 1 or more")
     if (model_dir / str(wanted)).exists():
-        free = existing[-1] + 1 if existing else 1
         raise PackageError(
             f"version {wanted} of model '{model_dir.name}' already exists: choose another --version, "
             f"or leave it out to install as version {free}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,12 +133,17 @@ def _tensors(body: dict[str, Any], name: str) -> list[TensorSchema]:
     return tensors
 
 
-def sha256_file(path: Path) -> str:
+def sha256_chunks(chunks: Iterable[bytes]) -> str:
+    """sha256 of data read in pieces (a file, a tar member), so no file is held whole in memory."""
     digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
+    for chunk in chunks:
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as stream:
+        return sha256_chunks(iter(lambda: stream.read(1 << 20), b""))
 
 
 def version_file_checksums(version_dir: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf import descriptor, json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
 
 ModelConfig = mc.ModelConfig
@@ -59,6 +60,16 @@ def _scalar_keys(text: str) -> set[str]:
         previous = token
         tokenizer.NextToken()
     return keys
+
+
+def tensor_metadata(entry: mc.ModelInput | mc.ModelOutput, batching: bool) -> dict[str, Any]:
+    """A config input or output as callers see it (V2 metadata): name, datatype and the full shape,
+    -1 first for the batch dimension when the model batches."""
+    return {
+        "name": entry.name,
+        "datatype": datatypes.from_config_type(entry.data_type).name,
+        "shape": ([-1] if batching else []) + list(entry.dims),
+    }
 
 
 def is_dns_safe(name: str) -> bool:

@@ -17,6 +17,12 @@ def version_folders(model_dir: Path) -> list[int]:
     return sorted(versions)
 
 
+def next_version(model_dir: Path) -> int:
+    """The number a new version of the model gets: one more than the highest version folder (1 for a
+    new model)."""
+    return max(version_folders(model_dir), default=0) + 1 if model_dir.is_dir() else 1
+
+
 def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list[int]:
     """The versions ``policy`` serves out of ``available``; the default policy is ``latest { 1 }``."""
     which = policy.WhichOneof("policy_choice")

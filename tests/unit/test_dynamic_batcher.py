@@ -278,14 +278,18 @@ class ThreadRecorder(AddOne):
         return super().run(inputs, output_names, timing)
 
 
-class HalfMillisecondRecorder(ThreadRecorder):
-    """Takes 0.5 ms: too slow to run inline by itself, fast enough to run inline when alone."""
+class TimedRecorder(ThreadRecorder):
+    """ThreadRecorder that takes ``seconds`` and reports it in its timing, as a backend does."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
 
     def run(
         self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
     ) -> dict[str, np.ndarray]:
-        time.sleep(0.0005)
-        timing.compute_infer_ns = 500_000
+        time.sleep(self.seconds)
+        timing.compute_infer_ns = int(self.seconds * 1e9)
         return super().run(inputs, output_names, timing)
 
 
@@ -294,7 +298,7 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
     requests_in_server: int, on_the_loop: bool
 ) -> None:
     async def scenario() -> None:
-        instance = HalfMillisecondRecorder()
+        instance = TimedRecorder(0.0005)  # too slow to run inline by itself; short enough when alone
         batcher, _ = make_batcher(instance)
         in_flight = RequestsInFlight()
         in_flight.count = requests_in_server
@@ -312,20 +316,9 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
     run(scenario)
 
 
-class SlowRecorder(ThreadRecorder):
-    """ThreadRecorder that takes 30 ms, and reports it in its timing as a backend does."""
-
-    def run(
-        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
-    ) -> dict[str, np.ndarray]:
-        time.sleep(0.03)
-        timing.compute_infer_ns = 30_000_000
-        return super().run(inputs, output_names, timing)
-
-
 def test_a_slow_model_alone_goes_back_to_its_thread_once_measured() -> None:
     async def scenario() -> None:
-        instance = SlowRecorder()
+        instance = TimedRecorder(0.03)
         batcher, _ = make_batcher(instance)
         in_flight = RequestsInFlight()
         in_flight.count = 1
