@@ -3,7 +3,8 @@
 Why: the figures bound what any Python gRPC frontend can do on this machine, conch included. A
 ``grpc.aio`` servicer answers the ``tiny`` model's ModelInfer with a fixed response (no model, no
 validation), and perf_analyzer drives it at concurrency 1 (the latency floor) and 32 (the throughput
-ceiling of one event loop), as ``bench.run`` drives the servers.
+ceiling of one event loop), as ``bench.run`` drives the servers, once with gRPC's default EventEngine
+listener and once with the iomgr listener ``conch serve`` chooses (see ``prefer_iomgr_listener``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing
+import os
 import socket
 import tempfile
 import time
@@ -25,9 +27,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from bench.loadgen import run_perf_analyzer
+from bench.loadgen import LoadResult, run_perf_analyzer
 from bench.models import MODELS, model_config
 from bench.servers import Ports
+from conch.frontends.grpc.grpc_options import LISTENER_EXPERIMENT
 
 
 class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -97,27 +100,43 @@ def _wait_listening(address: str, timeout_s: float = 30.0) -> None:
     raise SystemExit(f"grpc_floor: nothing listens on {address}")
 
 
+#: The listeners compared: gRPC's default (EventEngine) and the iomgr one ``conch serve`` chooses.
+LISTENERS = {"EventEngine listener": LISTENER_EXPERIMENT, "iomgr listener (conch)": f"-{LISTENER_EXPERIMENT}"}
+
+
+def _measure(experiments: str, seconds: float) -> dict[int, LoadResult]:
+    """The empty servicer in a fresh process started with ``GRPC_EXPERIMENTS=experiments`` (gRPC's core
+    reads it once, at import), at concurrency 1 and 32."""
+    address = Ports().grpc_address
+    environ = os.environ.copy()
+    os.environ["GRPC_EXPERIMENTS"] = experiments
+    try:
+        server = multiprocessing.get_context("spawn").Process(target=_serve, args=(address,), daemon=True)
+        server.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        _wait_listening(address)
+        with tempfile.TemporaryDirectory() as workdir:
+            return {c: run_perf_analyzer("tiny", address, c, seconds, Path(workdir)) for c in (1, 32)}
+    finally:
+        server.terminate()
+        server.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.grpc_floor", description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    address = Ports().grpc_address
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(address,), daemon=True)
-    server.start()
-    try:
-        _wait_listening(address)
-        with tempfile.TemporaryDirectory() as workdir:
-            results = {c: run_perf_analyzer("tiny", address, c, args.seconds, Path(workdir)) for c in (1, 32)}
-    finally:
-        server.terminate()
-        server.join()
-    for concurrency, result in results.items():
-        if not result.ok:
-            raise SystemExit(f"grpc_floor: {result.failure}")
-        print(
-            f"empty grpc.aio servicer, perf_analyzer c={concurrency}: {result.throughput:,.0f} calls/s, "
-            f"p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms"
-        )
+    for listener, experiments in LISTENERS.items():
+        for concurrency, result in _measure(experiments, args.seconds).items():
+            if not result.ok:
+                raise SystemExit(f"grpc_floor: {result.failure}")
+            print(
+                f"empty grpc.aio servicer, {listener}, perf_analyzer c={concurrency}: "
+                f"{result.throughput:,.0f} calls/s, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms"
+            )
 
 
 if __name__ == "__main__":

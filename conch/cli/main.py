@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Before anything imports grpc: gRPC's core reads its experiments once, at import.
+    from conch.frontends.grpc.grpc_options import prefer_iomgr_listener
+
+    prefer_iomgr_listener()
     from conch import serving
 
     repository = Path(args.repository) if args.repository else serving.embedded_repository()
