@@ -331,3 +331,35 @@ def test_a_slow_model_alone_goes_back_to_its_thread_once_measured() -> None:
         batcher.close()
 
     run(scenario)
+
+
+def test_requests_arriving_together_share_a_batch_even_when_the_first_looked_alone() -> None:
+    """The batching task's turn on the loop is the window in which concurrent requests are read: a
+    request that runs the moment it arrives, because it was alone so far, leaves every later one alone
+    too, and batches never form under load."""
+
+    async def scenario() -> None:
+        instance = TimedRecorder(0.0005)
+        batcher, _ = make_batcher(instance)
+        in_flight = RequestsInFlight()
+
+        async def arrive(value: float) -> dict[str, np.ndarray]:
+            in_flight.count += 1  # as InferenceServer.infer does before scheduling
+            request = scheduled(value)
+            request.in_flight = in_flight
+            try:
+                return await batcher.schedule(request)
+            finally:
+                in_flight.count -= 1
+
+        await arrive(1)  # measured on the worker thread; the batcher then idles, holding the instance
+        await asyncio.sleep(0.01)
+        instance.batch_sizes.clear()
+
+        results = await asyncio.gather(arrive(10), arrive(20))
+
+        assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[11], [21]]
+        assert instance.batch_sizes == [2]
+        batcher.close()
+
+    run(scenario)
