@@ -4,6 +4,12 @@
 Waiting for the instance *before* forming a batch is what makes batches grow under load: while every
 instance computes, requests accumulate, and the next batch takes them all.
 
+A batch runs in a task of its own, so the batching task can form the next one for another instance.
+For a single instance fast enough to run on the event loop (``InstancePool.always_inline``), the
+batching task runs it itself: a task would only add a turn of the loop (+13% tiny requests/s at 32
+HTTP clients). Its turn before a batch is formed stays: it is when the loop reads the requests that
+arrived meanwhile.
+
 Inputs of a batch are concatenated once (one ``np.concatenate`` per input); outputs are split back as
 views. If a batch of several requests fails, each request is run again alone, so one bad request
 fails only itself.
@@ -74,6 +80,10 @@ class DynamicBatcher:
             except BaseException:
                 self._pool.release(instance)
                 raise
+            if self._pool.always_inline:
+                # The execution holds the loop either way; a task of its own would only add a turn.
+                await self._execute(instance, batch)
+                continue
             task = asyncio.create_task(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)

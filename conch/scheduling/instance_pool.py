@@ -47,6 +47,11 @@ class InstancePool:
         self._average_ns = float(INLINE_ALONE_BELOW_NS)
         self._inline = False
 
+    @property
+    def always_inline(self) -> bool:
+        """Every execution runs on the event loop now, alone or not (a single, fast instance)."""
+        return self._inline
+
     async def acquire(self) -> ModelInstance:
         """The next idle instance; waits while every instance is busy."""
         return await self._idle.get()

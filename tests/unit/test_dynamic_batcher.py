@@ -363,3 +363,37 @@ def test_requests_arriving_together_share_a_batch_even_when_the_first_looked_alo
         batcher.close()
 
     run(scenario)
+
+
+class TaskNameRecorder(AddOne):
+    """AddOne that notes the name of the asyncio task that ran it (None on a worker thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task_names: list[str | None] = []
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        self.task_names.append(None if task is None else task.get_name())
+        return super().run(inputs, output_names, timing)
+
+
+def test_a_fast_single_instance_runs_its_batches_in_the_batching_task() -> None:
+    async def scenario() -> None:
+        instance = TaskNameRecorder()  # reports no compute time: its average falls below the hop
+        batcher, statistics = make_batcher(instance)
+        for value in range(40):
+            result = await batcher.schedule(scheduled(value))
+            assert result["OUTPUT0"].ravel().tolist() == [value + 1]
+
+        assert instance.task_names[0] is None, "unmeasured, the first execution goes to the thread"
+        assert instance.task_names[-1] == "conch-batcher", "no task of its own once always inline"
+        assert statistics.execution_count == 40
+        batcher.close()
+
+    run(scenario)
