@@ -173,8 +173,8 @@ def measure_model(server: ServerProcess, model: str, rows: list[Row], workdir: P
     for row in rows:
         for concurrency in CONCURRENCIES:
             load = partial(run_point, server, model, row.protocol, concurrency, body, seconds, workdir)
-            result, compute_ms = measure_between(server, model, load)
-            row.add((model, concurrency), Point(result, compute_ms))
+            result, times = measure_between(server, model, load)
+            row.add((model, concurrency), Point(result, times.compute_ms, times.request_ms))
             status = result.failure or result.note or "ok"
             print(
                 f"  {model} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "

@@ -146,33 +146,51 @@ def _signal_group(group: int, sig: signal.Signals) -> None:
 
 
 @dataclass(frozen=True)
-class ComputeCounter:
-    """Triton's ``compute_infer`` statistic of one model: requests counted and nanoseconds spent."""
+class StatsReading:
+    """Two of a model's V2 statistics at one moment: ``compute_infer`` (the model's own time) and
+    ``success`` (each request's whole time inside the server), as (requests counted, nanoseconds)."""
 
-    count: int
-    ns: int
+    compute: tuple[int, int]
+    request: tuple[int, int]
 
-    def per_request_ms(self, earlier: ComputeCounter) -> float | None:
-        """Mean compute time per request between ``earlier`` and this reading."""
-        count = self.count - earlier.count
-        return (self.ns - earlier.ns) / count / 1e6 if count > 0 else None
+    def since(self, earlier: StatsReading) -> ServerTimes:
+        """Mean times per request between ``earlier`` and this reading."""
+        return ServerTimes(
+            _per_request_ms(self.compute, earlier.compute), _per_request_ms(self.request, earlier.request)
+        )
 
 
-def compute_counter(server: ServerProcess, model: str) -> ComputeCounter | None:
-    """The model's ``compute_infer`` from ``/v2/models/MODEL/stats``, or None where there is no such API."""
+@dataclass(frozen=True)
+class ServerTimes:
+    """What the server says a request cost, in ms: the model's compute, and the whole request."""
+
+    compute_ms: float | None = None
+    request_ms: float | None = None
+
+
+def _per_request_ms(later: tuple[int, int], earlier: tuple[int, int]) -> float | None:
+    count = later[0] - earlier[0]
+    return (later[1] - earlier[1]) / count / 1e6 if count > 0 else None
+
+
+def stats_reading(server: ServerProcess, model: str) -> StatsReading | None:
+    """The model's statistics from ``/v2/models/MODEL/stats``, or None where there is no such API."""
     try:
         stats = server.get_json(f"/v2/models/{model}/stats")
-        compute = stats["model_stats"][0]["inference_stats"]["compute_infer"]
-        return ComputeCounter(int(compute["count"]), int(compute["ns"]))
+        inference = stats["model_stats"][0]["inference_stats"]
+        compute, success = inference["compute_infer"], inference["success"]
+        return StatsReading(
+            (int(compute["count"]), int(compute["ns"])), (int(success["count"]), int(success["ns"]))
+        )
     except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError):
         return None
 
 
-def measure_between(server: ServerProcess, model: str, action: Callable[[], Any]) -> tuple[Any, float | None]:
-    """Run ``action`` and return its result with the server's compute time per request meanwhile (ms)."""
-    before = compute_counter(server, model)
+def measure_between(server: ServerProcess, model: str, action: Callable[[], Any]) -> tuple[Any, ServerTimes]:
+    """Run ``action`` and return its result with the server's own times per request meanwhile."""
+    before = stats_reading(server, model)
     result = action()
-    after = compute_counter(server, model)
+    after = stats_reading(server, model)
     if before is None or after is None:
-        return result, None
-    return result, after.per_request_ms(before)
+        return result, ServerTimes()
+    return result, after.since(before)
