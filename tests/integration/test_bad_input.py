@@ -20,7 +20,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.fixtures.onnx_models import ONNX_TYPES, add_sub_model, identity_model, write_repository
+from tests.fixtures.onnx_models import (
+    ONNX_TYPES,
+    add_sub_grpc_inputs,
+    add_sub_model,
+    identity_model,
+    write_repository,
+)
 from tests.integration.server_process import ServerProcess
 
 IDENTITY_CONFIG = """
@@ -92,12 +98,7 @@ def assert_still_serving(server: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         assert client.is_server_live()
-        inputs = []
-        for name in ("INPUT0", "INPUT1"):
-            item = grpcclient.InferInput(name, [1, 16], "FP32")
-            item.set_data_from_numpy(np.full((1, 16), 3, dtype=np.float32))
-            inputs.append(item)
-        result = client.infer("simple", inputs)
+        result = client.infer("simple", add_sub_grpc_inputs(value=3))
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 6, dtype=np.float32))
     finally:
         client.close()

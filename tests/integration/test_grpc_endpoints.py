@@ -20,7 +20,13 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 import conch
-from tests.fixtures.onnx_models import add_sub_model, fixed_shape_model, multi_dtype_model, write_repository
+from tests.fixtures.onnx_models import (
+    add_sub_grpc_inputs,
+    add_sub_model,
+    fixed_shape_model,
+    multi_dtype_model,
+    write_repository,
+)
 from tests.integration.server_process import ServerProcess
 
 # A config that sets a few fields and leaves inputs and outputs to auto-complete; both versions served.
@@ -59,16 +65,6 @@ def server(
 @pytest.fixture(scope="module")
 def client(server: ServerProcess) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
-
-
-def simple_inputs(batch: int) -> list[grpcclient.InferInput]:
-    """INPUT0 and INPUT1 of the add/sub model, FP32 [batch, 16]."""
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [batch, 16], "FP32")
-        tensor.set_data_from_numpy(np.ones((batch, 16), dtype=np.float32))
-        inputs.append(tensor)
-    return inputs
 
 
 def test_server_is_live_and_ready(client: grpcclient.InferenceServerClient) -> None:
@@ -182,10 +178,10 @@ def _stats(client: grpcclient.InferenceServerClient, version: str) -> Any:
 def test_model_statistics_count_inferences_per_version(client: grpcclient.InferenceServerClient) -> None:
     before = {v: _stats(client, v) for v in ("1", "2")}
     for _ in range(3):
-        client.infer("simple", simple_inputs(2), model_version="1")
-    client.infer("simple", simple_inputs(5), model_version="2")
+        client.infer("simple", add_sub_grpc_inputs(2), model_version="1")
+    client.infer("simple", add_sub_grpc_inputs(5), model_version="2")
     with pytest.raises(InferenceServerException):
-        client.infer("simple", simple_inputs(9), model_version="2")  # above max_batch_size 8
+        client.infer("simple", add_sub_grpc_inputs(9), model_version="2")  # above max_batch_size 8
     one, two = _stats(client, "1"), _stats(client, "2")
 
     assert one.inference_count - before["1"].inference_count == 6  # 3 requests of batch 2
@@ -246,29 +242,29 @@ ERRORS: list[tuple[str, ClientCall, str, str]] = [
     ("metadata-unknown-model", lambda c: c.get_model_metadata("nope"), "NOT_FOUND", "nope"),
     ("config-unknown-model", lambda c: c.get_model_config("nope"), "NOT_FOUND", "nope"),
     ("stats-unknown-model", lambda c: c.get_inference_statistics("nope"), "NOT_FOUND", "nope"),
-    ("infer-unknown-model", lambda c: c.infer("nope", simple_inputs(1)), "NOT_FOUND", "nope"),
+    ("infer-unknown-model", lambda c: c.infer("nope", add_sub_grpc_inputs(1)), "NOT_FOUND", "nope"),
     ("ready-unknown-version", lambda c: c.is_model_ready("simple", "7"), "NOT_FOUND", "version 7"),
     ("metadata-unknown-version", lambda c: c.get_model_metadata("simple", "7"), "NOT_FOUND", "version 7"),
     ("config-unknown-version", lambda c: c.get_model_config("simple", "7"), "NOT_FOUND", "version 7"),
     ("stats-unknown-version", lambda c: c.get_inference_statistics("simple", "7"), "NOT_FOUND", "version 7"),
     (
         "infer-unknown-version",
-        lambda c: c.infer("simple", simple_inputs(1), model_version="7"),
+        lambda c: c.infer("simple", add_sub_grpc_inputs(1), model_version="7"),
         "NOT_FOUND",
         "version 7",
     ),
     ("metadata-failed-model", lambda c: c.get_model_metadata("broken"), "UNAVAILABLE", "broken"),
     ("config-failed-model", lambda c: c.get_model_config("broken"), "UNAVAILABLE", "broken"),
-    ("infer-failed-model", lambda c: c.infer("broken", simple_inputs(1)), "UNAVAILABLE", "broken"),
+    ("infer-failed-model", lambda c: c.infer("broken", add_sub_grpc_inputs(1)), "UNAVAILABLE", "broken"),
     (
         "infer-batch-too-large",
-        lambda c: c.infer("simple", simple_inputs(9)),
+        lambda c: c.infer("simple", add_sub_grpc_inputs(9)),
         "INVALID_ARGUMENT",
         "max_batch_size",
     ),
     (
         "infer-wrong-model-inputs",
-        lambda c: c.infer("multi-dtype", simple_inputs(1)),
+        lambda c: c.infer("multi-dtype", add_sub_grpc_inputs(1)),
         "INVALID_ARGUMENT",
         "INPUT0",
     ),
@@ -286,6 +282,6 @@ def test_errors_carry_their_grpc_status_code(
 
 
 def test_server_still_serves_after_errors(client: grpcclient.InferenceServerClient) -> None:
-    result = client.infer("simple", simple_inputs(1))
+    result = client.infer("simple", add_sub_grpc_inputs(1))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, dtype=np.float32))
     assert result.get_response().model_version == "2"  # the newest version by default

@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
 
-from tests.fixtures.onnx_models import add_sub_model, write_repository
+from tests.fixtures.onnx_models import add_sub_grpc_inputs, add_sub_model, write_repository
 from tests.integration.server_process import ServerProcess, free_port
 
 
@@ -28,13 +27,8 @@ def test_relay_serves_gRPC_and_goes_away_with_the_server(tmp_path: Path) -> None
     try:
         (relay,) = relay_processes(server)
         client = grpcclient.InferenceServerClient(server.grpc_url)
-        inputs = []
-        for name in ("INPUT0", "INPUT1"):
-            tensor = grpcclient.InferInput(name, [1, 16], "FP32")
-            tensor.set_data_from_numpy(np.full((1, 16), 3, dtype=np.float32))
-            inputs.append(tensor)
 
-        result = client.infer("add-sub", inputs)
+        result = client.infer("add-sub", add_sub_grpc_inputs(value=3))
 
         assert result.as_numpy("OUTPUT0").tolist() == [[6.0] * 16]
         statistics = client.get_inference_statistics("add-sub", as_json=True)["model_stats"][0]
