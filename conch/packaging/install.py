@@ -26,7 +26,6 @@ from conch.packaging.archive import PACKAGE_VERSION_FOLDER, PackageError, check_
 from conch.packaging.metadata import (
     CONFIG_FILENAME,
     METADATA_FILENAME,
-    WARMUP_FOLDER,
     MetadataError,
     ModelMetadata,
     mismatched_files,
@@ -35,6 +34,7 @@ from conch.packaging.metadata import (
     version_file_checksums,
     write_metadata,
 )
+from conch.packaging.placing import place_staged_model
 from conch.packaging.semver import SemVer, SemVerError, parse_semver
 from conch.packaging.upgrade import check_upgrade
 from conch.repository.config import parse_config
@@ -207,7 +207,7 @@ def _stage_and_commit(verified: VerifiedPackage, model_dir: Path, number: int, f
         )
         write_metadata(staged_version, dataclasses.replace(verified.metadata, version=number))
         staged_version.rename(staged / str(number))
-        _rename_all(_moves(staged, model_dir, number, from_package, staging))
+        place_staged_model(staged, model_dir, str(number), from_package, trash=staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -227,32 +227,3 @@ def _extract(verified: VerifiedPackage, staged: Path) -> None:
             with target.open("xb") as out:
                 for chunk in member.chunks():
                     out.write(chunk)
-
-
-def _moves(
-    staged: Path, model_dir: Path, number: int, from_package: bool, trash: Path
-) -> list[tuple[Path, Path]]:
-    """The renames that put the staged model in place: the version first, then any model files."""
-    if not model_dir.is_dir():
-        return [(staged, model_dir)]
-    moves = [(staged / str(number), model_dir / str(number))]
-    if from_package:
-        for place in (WARMUP_FOLDER, CONFIG_FILENAME):
-            if (model_dir / place).exists():
-                moves.append((model_dir / place, trash / f"replaced-{place}"))
-            if (staged / place).exists():
-                moves.append((staged / place, model_dir / place))
-    return moves
-
-
-def _rename_all(moves: list[tuple[Path, Path]]) -> None:
-    """Rename each pair in order; if one fails, undo those done, newest first, and raise."""
-    done: list[tuple[Path, Path]] = []
-    try:
-        for source, target in moves:
-            source.rename(target)
-            done.append((source, target))
-    except OSError:
-        for source, target in reversed(done):
-            target.rename(source)
-        raise

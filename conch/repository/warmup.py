@@ -106,14 +106,24 @@ def zero_sample(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
     return np.zeros(shape, dtype=datatype.numpy)
 
 
+def warmup_file_path(model_dir: Path, name: str) -> Path | None:
+    """The file ``name`` names inside ``<model>/warmup/``, or None when it is not a file there.
+
+    Why one rule for the server and ``conch validate``: a config's ``input_data_file`` comes from
+    whoever wrote the config, and ``..`` or an absolute path must never reach outside the folder.
+    """
+    folder = (model_dir / WARMUP_FOLDER).resolve()
+    path = (folder / name).resolve()
+    return path if path.is_relative_to(folder) and path.is_file() else None
+
+
 def read_warmup_file(model_dir: Path, spec: mc.ModelWarmup.Input) -> np.ndarray:
     """The sample an ``input_data_file`` holds, shaped by the warm-up ``dims``.
 
     As Triton: the file must hold at least one sample; only its start is read when it holds more.
     """
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / spec.input_data_file).resolve()
-    if not path.is_relative_to(folder) or not path.is_file():
+    path = warmup_file_path(model_dir, spec.input_data_file)
+    if path is None:
         raise InvalidArgumentError(f"file '{spec.input_data_file}' is not in the model's warmup/ folder")
     datatype = datatypes.from_config_type(spec.data_type)
     shape = tuple(spec.dims)

@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.core import codecs, datatypes
 from conch.core.errors import ConchError
 from conch.packaging.metadata import WARMUP_FOLDER
+from conch.repository.warmup import warmup_file_path
 from conch.validation.findings import Finding, Severity
 
 WarmupInput: TypeAlias = mc.ModelWarmup.Input
@@ -128,9 +129,8 @@ def _input_file_findings(
 
 
 def _file_findings(model_dir: Path, spec: WarmupInput, model: str, field: str) -> list[Finding]:
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / spec.input_data_file).resolve()
-    if not path.is_relative_to(folder) or not path.is_file():
+    path = warmup_file_path(model_dir, spec.input_data_file)
+    if path is None:
         return [
             Finding(
                 "warmup-file-missing",
