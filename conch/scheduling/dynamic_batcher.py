@@ -55,14 +55,20 @@ class DynamicBatcher:
         self._running: set[asyncio.Task[None]] = set()
         self._finished: dict[int, tuple[PendingRequest, Outcome]] = {}
         self._next_release = 0
+        self._outstanding = 0  # requests between schedule() and their answer, for BatchQueue.add
 
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._form_batches(), name="conch-batcher")
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
-        self._queue.add(request, self._clock(), future)
-        self._wake()
-        return await future
+        overlapping = self._outstanding > 0
+        self._outstanding += 1
+        try:
+            self._queue.add(request, self._clock(), future, overlapping)
+            self._wake()
+            return await future
+        finally:
+            self._outstanding -= 1
 
     def close(self) -> None:
         """Stop forming batches; requests still queued are answered 503."""

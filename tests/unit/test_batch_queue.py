@@ -411,12 +411,13 @@ def test_the_ticket_travels_with_the_request() -> None:
 ADAPTIVE = "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 500 }"
 
 
-def sent_without_waiting(queue: BatchQueue, arrivals_us: list[int]) -> list[bool]:
-    """For each arrival (at its time, queue otherwise empty): was it sent at once?"""
+def sent_without_waiting(queue: BatchQueue, arrivals_us: list[int], overlapping: bool = False) -> list[bool]:
+    """For each arrival (at its time, queue otherwise empty): was it sent at once? ``overlapping``:
+    each arrived while another request was still being answered."""
     answers = []
     for at in arrivals_us:
         request = scheduled()
-        queue.add(request, now=at * US)
+        queue.add(request, now=at * US, overlapping=overlapping)
         batch, _ = queue.next_batch(at * US)
         answers.append(requests_of(batch) == [request])
         if not batch:
@@ -429,6 +430,26 @@ def test_a_lone_client_stops_paying_the_delay_once_its_batches_are_single() -> N
     answers = sent_without_waiting(BatchQueue(settings(ADAPTIVE)), [2000 * i for i in range(12)])
 
     assert answers[:4] == [False] * 4, "with no history the configured delay applies"
+    assert answers[-1] is True
+
+
+def test_requests_that_overlap_others_keep_the_delay_even_when_their_batches_stay_single() -> None:
+    # Under load, a model fast enough to answer each request as soon as it is read keeps its batches
+    # single; judged by batch sizes alone, that looked like a lone client and batches never grew.
+    answers = sent_without_waiting(
+        BatchQueue(settings(ADAPTIVE)), [2000 * i for i in range(12)], overlapping=True
+    )
+
+    assert not any(answers)
+
+
+def test_a_client_alone_again_stops_paying_the_delay() -> None:
+    queue = BatchQueue(settings(ADAPTIVE))
+    sent_without_waiting(queue, [2000 * i for i in range(12)], overlapping=True)
+
+    answers = sent_without_waiting(queue, [30_000 + 2000 * i for i in range(12)])
+
+    assert answers[0] is False, "one lone arrival does not outweigh the recent overlapping ones"
     assert answers[-1] is True
 
 

@@ -365,6 +365,59 @@ def test_requests_arriving_together_share_a_batch_even_when_the_first_looked_alo
     run(scenario)
 
 
+class OnePermitPerRun(AddOne):
+    """AddOne whose every execution waits for a permit from the test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+        self.begun = 0
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        self.begun += 1
+        assert self.permits.acquire(timeout=2)
+        return super().run(inputs, output_names, timing)
+
+
+def test_requests_arriving_while_others_are_answered_keep_the_delay_though_batches_stay_single() -> None:
+    """The batcher tells the queue which requests arrived while another was still being answered: a
+    lone client's never do, a loaded server's do even when each batch holds one request."""
+    delay_s = 0.05
+
+    async def scenario() -> None:
+        instance = OnePermitPerRun()
+        batcher, _ = make_batcher(instance, max_queue_delay_ns=int(delay_s * 1e9))
+        instance.permits.release(6)
+        for value in range(6):  # a lone client: after a few single batches it no longer waits
+            await batcher.schedule(scheduled(value))
+        # A pipeline: each request arrives while the one before it still runs, and runs alone.
+        begun = instance.begun
+        running = asyncio.create_task(batcher.schedule(scheduled(10)))
+        await until(lambda: instance.begun > begun)
+        for value in range(11, 19):
+            begun = instance.begun
+            arriving = asyncio.create_task(batcher.schedule(scheduled(value)))
+            await asyncio.sleep(0.002)
+            instance.permits.release()
+            await running
+            await until(lambda begun=begun: instance.begun > begun)  # `arriving` runs alone first
+            running = arriving
+        instance.permits.release(2)
+        await running
+        assert set(instance.batch_sizes) == {1}
+
+        started = time.monotonic()
+        result = await batcher.schedule(scheduled(30))
+
+        assert result["OUTPUT0"].ravel().tolist() == [31]
+        assert time.monotonic() - started >= 0.9 * delay_s, "the last request should wait for company"
+        batcher.close()
+
+    run(scenario)
+
+
 class TaskNameRecorder(AddOne):
     """AddOne that notes the name of the asyncio task that ran it (None on a worker thread)."""
 
