@@ -31,6 +31,7 @@ from bench.loadgen import LoadResult, run_perf_analyzer
 from bench.models import MODELS, model_config
 from bench.servers import Ports
 from conch.frontends.grpc.grpc_options import LISTENER_EXPERIMENT
+from conch.frontends.grpc.servicer import generic_handlers_only
 
 
 class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -82,7 +83,7 @@ class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 def _serve(address: str) -> None:
     async def serve() -> None:
         server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(EmptyServicer(), server)
+        server.add_generic_rpc_handlers(generic_handlers_only(EmptyServicer()))  # as conch registers it
         server.add_insecure_port(address)
         await server.start()
         await server.wait_for_termination()
