@@ -46,7 +46,8 @@ class InferenceServer:
         self.started = False
         #: Where statistics come from when this process is one of several workers (None: here).
         self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
-        self._in_flight = RequestsInFlight()
+        #: Requests inside :meth:`infer` now, any model and protocol (``conch.busy_poll`` watches it).
+        self.in_flight = RequestsInFlight()
 
     def live(self) -> bool:
         return True
@@ -119,7 +120,7 @@ class InferenceServer:
         served = self.model_version(request.model_name, request.model_version)
         stats = served.statistics
         stats.pending += 1
-        self._in_flight.count += 1
+        self.in_flight.enter()
         try:
             inputs, output_names = validate_request(request, served.config)
             scheduled = ScheduledRequest(
@@ -127,7 +128,7 @@ class InferenceServer:
                 output_names,
                 request.batch_size(served.config.max_batch_size > 0),
                 request.parameters,
-                in_flight=self._in_flight,
+                in_flight=self.in_flight,
             )
             assert served.scheduler is not None
             outputs = await served.scheduler.schedule(scheduled)
@@ -141,7 +142,7 @@ class InferenceServer:
             raise InternalError(f"model '{request.model_name}' failed: {type(exc).__name__}") from exc
         finally:
             stats.pending -= 1
-            self._in_flight.count -= 1
+            self.in_flight.leave()
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
         return InferenceResponse(
             model_name=request.model_name,

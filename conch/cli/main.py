@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         "latency for a lone call (see docs/tuning.md); one process only, not with --workers "
         "(CONCH_GRPC_RELAY, default false)",
     )
+    serve.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=int(_env("BUSY_POLL_US", "1000")),
+        help="microseconds the event loop keeps polling after the last request in the server is "
+        "answered, so that a client's next request is read without a thread wake-up; 0 turns it off "
+        "(see docs/tuning.md; CONCH_BUSY_POLL_US, default 1000)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
@@ -115,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         default_max_batch_size=args.default_max_batch_size,
         workers=args.workers,
         grpc_relay=args.grpc_relay,
+        busy_poll_us=args.busy_poll_us,
     )
     if args.workers < 1:
         print("conch: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.busy_poll_us < 0:
+        print("conch: --busy-poll-us must be 0 (off) or more", file=sys.stderr)
         return 2
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

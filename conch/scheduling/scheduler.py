@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,10 +27,19 @@ class RequestsInFlight:
 
     def __init__(self) -> None:
         self.count = 0
+        self.on_idle: Callable[[], None] | None = None  # called when the last request leaves
 
     @property
     def alone(self) -> bool:
         return self.count <= 1
+
+    def enter(self) -> None:
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0 and self.on_idle is not None:
+            self.on_idle()
 
 
 @dataclass(slots=True)

@@ -30,9 +30,11 @@ import grpc
 import uvloop
 from tritonclient.grpc import service_pb2 as pb
 
+from conch.busy_poll import BusyPoll
 from conch.frontends.grpc.grpc_options import grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
 from conch.frontends.grpc.streaming import answer_concurrently
+from conch.scheduling.scheduler import RequestsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +59,19 @@ class Relay:
         self._writer = writer
         self._waiting: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self._ids = count(1)
+        #: Calls waiting for their reply (what :class:`BusyPoll` watches in this process).
+        self.in_flight = RequestsInFlight()
 
     async def call(self, method: int, request: bytes) -> tuple[int, bytes]:
         """Send one call; returns (0, response bytes) or (gRPC status code, message)."""
         call_id = next(self._ids) & 0xFFFFFFFF
         reply = self._waiting[call_id] = asyncio.get_running_loop().create_future()
         self._writer.writelines((HEADER.pack(len(request), call_id, method), request))
-        return await reply
+        self.in_flight.enter()
+        try:
+            return await reply
+        finally:
+            self.in_flight.leave()
 
     async def read_replies(self) -> None:
         """Resolve each waiting call as its reply arrives; returns when the model process goes away."""
@@ -112,7 +120,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-async def run_relay(address: str, socket_path: str) -> int:
+async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0) -> int:
     server = grpc.aio.server(options=grpc_server_options(reuse_port=False))
     try:
         server.add_insecure_port(address)
@@ -120,6 +128,8 @@ async def run_relay(address: str, socket_path: str) -> int:
         return EXIT_CANNOT_LISTEN  # the model process reports it
     reader, writer = await asyncio.open_unix_connection(socket_path)
     relay = Relay(reader, writer)
+    if busy_poll_us > 0:
+        BusyPoll(asyncio.get_running_loop(), relay.in_flight, busy_poll_us / 1e6)
     handlers = {m.name: relay.unary_handler(i) for i, m in enumerate(UNARY_METHODS)}
     handlers["ModelStreamInfer"] = relay.stream_handler()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
@@ -135,9 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conch.frontends.grpc.relay", description=__doc__)
     parser.add_argument("--address", required=True, help="host:port to serve gRPC on")
     parser.add_argument("--socket", required=True, help="the model process's Unix socket")
+    parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
     args = parser.parse_args(argv)
     try:
-        return uvloop.run(run_relay(args.address, args.socket))
+        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us))
     except KeyboardInterrupt:
         return 0
 

@@ -52,10 +52,11 @@ _CONTEXT = _RelayedCallContext()
 class RelayEndpoint:
     """Starts the relay for ``address`` and answers its calls with ``server``."""
 
-    def __init__(self, server: InferenceServer, address: str) -> None:
+    def __init__(self, server: InferenceServer, address: str, busy_poll_us: int = 0) -> None:
         servicer = InferenceServicer(server)
         self._handlers: list[Any] = [getattr(servicer, m.name) for m in UNARY_METHODS]
         self._address = address
+        self._busy_poll_us = busy_poll_us
         self._folder = tempfile.TemporaryDirectory(prefix="conch-relay-")
         self._connected: asyncio.Future[asyncio.StreamWriter] | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -78,6 +79,8 @@ class RelayEndpoint:
             self._address,
             "--socket",
             socket_path,
+            "--busy-poll-us",
+            str(self._busy_poll_us),
             # Its own session: a signal to the server's process group (Ctrl-C, systemd's stop) must not
             # kill the relay under calls still in flight; it exits when the server closes its socket.
             start_new_session=True,

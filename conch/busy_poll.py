@@ -1,0 +1,48 @@
+"""Keeps the event loop turning for a moment after the server goes idle.
+
+Why: a thread asleep in ``epoll_wait`` takes a wake-up to notice a new request, and on a virtual
+machine whose idle CPUs halt, each wake-up costs tens of microseconds (two threads bouncing a byte
+over a socketpair: 40 us per round trip on the 2-core development machine). A lone gRPC call crosses
+from gRPC's poller thread to the event loop several times (the call, its message, the completion of
+its answer), and the loop sleeps in between; an empty ``grpc.aio`` servicer answered one client in
+0.41 ms at p50 with a sleeping loop and 0.28 ms with a turning one.
+
+So once no request is in the server, the loop polls instead of sleeping for ``window`` seconds: a
+client that sends its next request within it (a client waiting on each answer does) is read by a
+running thread. While requests are in the server the loop has their work to do, and a model
+computing on a worker thread needs the cores, so nothing spins then; an idle server does not spin
+either, once the window has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from conch.scheduling.scheduler import RequestsInFlight
+
+
+class BusyPoll:
+    """Polls the loop for ``window_s`` after each moment the server becomes idle."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, in_flight: RequestsInFlight, window_s: float) -> None:
+        self._loop = loop
+        self._in_flight = in_flight
+        self._window_s = window_s
+        self._until = 0.0
+        self.spinning = False
+        in_flight.on_idle = self.server_idle
+
+    def server_idle(self) -> None:
+        """The last request in the server has its answer: poll until the window closes."""
+        self._until = time.perf_counter() + self._window_s
+        if not self.spinning:
+            self.spinning = True
+            self._loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        # A ready callback makes the loop poll its sockets without blocking, then call this again.
+        if self._in_flight.count == 0 and time.perf_counter() < self._until:
+            self._loop.call_soon(self._turn)
+        else:
+            self.spinning = False
