@@ -2,7 +2,9 @@
 :class:`BatchQueue` what to send, and runs the batch.
 
 Waiting for the instance *before* forming a batch is what makes batches grow under load: while every
-instance computes, requests accumulate, and the next batch takes them all.
+instance computes, requests accumulate, and the next batch takes them all. With one event loop
+reading requests and sending answers, some of them are still on their way through the frontend when
+the instance frees, so the batcher first gives the loop a few turns (:data:`TURNS_BEFORE_A_BATCH`).
 
 A batch runs in a task of its own, so the batching task can form the next one for another instance.
 For a single instance fast enough to run on the event loop (``InstancePool.always_inline``), the
@@ -33,6 +35,16 @@ from conch.scheduling.scheduler import ScheduledRequest
 log = logging.getLogger(__name__)
 
 Outcome = dict[str, np.ndarray] | BaseException
+
+#: Turns of the event loop the batcher gives, once it has an instance and other requests are in the
+#: server, before it forms the batch: the answers of the batch just computed go out and the requests
+#: that arrived meanwhile are read, so the next batch takes them instead of leaving them for the one
+#: after. Each turn runs what was ready; an idle loop turns in a few microseconds. At 32 gRPC clients
+#: on ``mlp`` (interleaved runs): 2,277 to 2,321 requests/s with none, 2,320 to 2,522 with 3, 2,553
+#: to 2,770 with 16, 2,596 to 2,781 with 40; batches of 4 requests or fewer fell from about 800 to
+#: about 250 per run. Waiting a fixed time instead (200 or 500 us), or until a turn came back at once,
+#: did no better than 3 turns.
+TURNS_BEFORE_A_BATCH = 40
 
 
 class DynamicBatcher:
@@ -82,6 +94,8 @@ class DynamicBatcher:
         while True:
             instance = await self._pool.acquire()
             try:
+                if self._outstanding > 1:
+                    await _loop_turns(TURNS_BEFORE_A_BATCH)
                 batch = await self._next_batch()
             except BaseException:
                 self._pool.release(instance)
@@ -174,6 +188,11 @@ class DynamicBatcher:
         while self._next_release in self._finished:
             _resolve(*self._finished.pop(self._next_release))
             self._next_release += 1
+
+
+async def _loop_turns(turns: int) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)
 
 
 def _resolve(pending: PendingRequest, outcome: Outcome) -> None:

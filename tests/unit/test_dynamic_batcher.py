@@ -365,6 +365,38 @@ def test_requests_arriving_together_share_a_batch_even_when_the_first_looked_alo
     run(scenario)
 
 
+def test_requests_on_their_way_when_the_instance_frees_join_the_next_batch() -> None:
+    """Once the instance frees, the batcher lets the loop turn before it forms the batch: a request
+    a few turns from the queue (as one being read by the frontend is) joins the requests waiting."""
+
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = AddOne(gate)
+        batcher, _ = make_batcher(instance)
+        first = await hold_first_request(batcher, instance)
+        waiting = [asyncio.create_task(batcher.schedule(scheduled(v))) for v in (1, 2)]
+        await asyncio.sleep(0.01)
+
+        async def on_its_way() -> dict[str, np.ndarray]:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            return await batcher.schedule(scheduled(3))
+
+        late: list[asyncio.Task[dict[str, np.ndarray]]] = []
+        # It sets off only when the first request is answered, after the instance is released.
+        first.add_done_callback(lambda _: late.append(asyncio.create_task(on_its_way())))
+        gate.set()
+        await first
+        await until(lambda: bool(late))
+        results = await asyncio.gather(*waiting, late[0])
+
+        assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [3], [4]]
+        assert instance.batch_sizes == [1, 3]
+        batcher.close()
+
+    run(scenario)
+
+
 class OnePermitPerRun(AddOne):
     """AddOne whose every execution waits for a permit from the test."""
 
