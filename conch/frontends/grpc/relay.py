@@ -3,8 +3,9 @@
 Why: Python's gRPC server spends about 0.2 ms of a core per call, all on the event loop thread of
 the process that owns the connection (``python -m bench.grpc_floor``). With the relay, that work runs
 in this process while the model process decodes, batches, computes and encodes: at 32 gRPC clients
-on two cores, 4,606 tiny calls/s against 4,022 in one process (``bench/results/2026-11-30-161320.md``).
-A lone call pays one more hop (0.57 against 0.54 ms p50 on the tiny model), so the relay is opt-in.
+on two cores, 2,682 mlp calls/s against 2,446 in one process (``bench/results/2026-11-30-181803.md``).
+A lone call pays one more hop (0.55 against 0.37 ms p50 on the tiny model), and an overhead-bound
+model gains nothing (4,300 against 4,868 tiny calls/s), so the relay is opt-in.
 
 The relay never parses a unary call: each request's bytes go to the model process over a Unix socket
 as one frame (length, call id, method index), and the reply frame carries the response bytes, or a
