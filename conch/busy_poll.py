@@ -2,10 +2,11 @@
 
 Why: a thread asleep in ``epoll_wait`` takes a wake-up to notice a new request, and on a virtual
 machine whose idle CPUs halt, each wake-up costs tens of microseconds (two threads bouncing a byte
-over a socketpair: 40 us per round trip on the 2-core development machine). A lone gRPC call crosses
-from gRPC's poller thread to the event loop several times (the call, its message, the completion of
-its answer), and the loop sleeps in between; an empty ``grpc.aio`` servicer answered one client in
-0.41 ms at p50 with a sleeping loop and 0.28 ms with a turning one.
+over a socketpair: 40 us per round trip on the 2-core development machine, ``python -m
+bench.wakeup``). A lone gRPC call crosses from gRPC's poller thread to the event loop several times
+(the call, its message, the completion of its answer), and the loop sleeps in between; an empty
+``grpc.aio`` servicer answered one client in 0.41 ms at p50 with a sleeping loop and 0.28 ms with a
+turning one.
 
 So once no request is in the server, the loop polls instead of sleeping for ``window`` seconds: a
 client that sends its next request within it (a client waiting on each answer does) is read by a
