@@ -23,6 +23,13 @@ import time
 from conch.scheduling.scheduler import RequestsInFlight
 
 
+def poll_when_idle(loop: asyncio.AbstractEventLoop, in_flight: RequestsInFlight, window_s: float) -> BusyPoll:
+    """Hook a :class:`BusyPoll` to ``in_flight``: each time its last request leaves, ``loop`` polls."""
+    poll = BusyPoll(loop, in_flight, window_s)
+    in_flight.on_idle = poll.server_idle
+    return poll
+
+
 class BusyPoll:
     """Polls the loop for ``window_s`` after each moment the server becomes idle."""
 
@@ -32,7 +39,6 @@ class BusyPoll:
         self._window_s = window_s
         self._until = 0.0
         self.spinning = False
-        in_flight.on_idle = self.server_idle
 
     def server_idle(self) -> None:
         """The last request in the server has its answer: poll until the window closes."""

@@ -23,7 +23,7 @@ import uvicorn
 import uvloop
 from prometheus_client import make_asgi_app
 
-from conch.busy_poll import BusyPoll
+from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
@@ -143,7 +143,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     if settings.busy_poll_us > 0 and relay is None:
         # With --grpc-relay the relay process polls instead: two polling processes and a client on two
         # cores took turns with each other (a lone client's calls/s fell by a fifth, unsteadily).
-        BusyPoll(loop, server.in_flight, settings.busy_poll_us / 1e6)
+        poll_when_idle(loop, server.in_flight, settings.busy_poll_us / 1e6)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.

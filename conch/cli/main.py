@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-relay",
         type=_bool,
         default=_bool(_env("GRPC_RELAY", "false")),
-        help="serve gRPC from a separate relay process: more gRPC calls/s under load, a little more "
-        "latency for a lone call (see docs/tuning.md); one process only, not with --workers "
+        help="serve gRPC from a separate relay process: more gRPC calls/s under load for a compute-bound "
+        "model, more latency for a lone call (see docs/tuning.md); one process only, not with --workers "
         "(CONCH_GRPC_RELAY, default false)",
     )
     serve.add_argument(

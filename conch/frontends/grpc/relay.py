@@ -31,7 +31,7 @@ import grpc
 import uvloop
 from tritonclient.grpc import service_pb2 as pb
 
-from conch.busy_poll import BusyPoll
+from conch.busy_poll import poll_when_idle
 from conch.frontends.grpc.grpc_options import grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
 from conch.frontends.grpc.streaming import answer_concurrently
@@ -60,7 +60,7 @@ class Relay:
         self._writer = writer
         self._waiting: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self._ids = count(1)
-        #: Calls waiting for their reply (what :class:`BusyPoll` watches in this process).
+        #: Calls waiting for their reply (what ``conch.busy_poll`` watches in this process).
         self.in_flight = RequestsInFlight()
 
     async def call(self, method: int, request: bytes) -> tuple[int, bytes]:
@@ -130,7 +130,7 @@ async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0) -> in
     reader, writer = await asyncio.open_unix_connection(socket_path)
     relay = Relay(reader, writer)
     if busy_poll_us > 0:
-        BusyPoll(asyncio.get_running_loop(), relay.in_flight, busy_poll_us / 1e6)
+        poll_when_idle(asyncio.get_running_loop(), relay.in_flight, busy_poll_us / 1e6)
     handlers = {m.name: relay.unary_handler(i) for i, m in enumerate(UNARY_METHODS)}
     handlers["ModelStreamInfer"] = relay.stream_handler()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
