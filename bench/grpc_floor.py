@@ -3,8 +3,10 @@
 Why: the figures bound what any Python gRPC frontend can do on this machine, conch included. A
 ``grpc.aio`` servicer answers the ``tiny`` model's ModelInfer with a fixed response (no model, no
 validation), and perf_analyzer drives it at concurrency 1 (the latency floor) and 32 (the throughput
-ceiling of one event loop), as ``bench.run`` drives the servers, once with gRPC's default EventEngine
-listener and once with the iomgr listener ``conch serve`` chooses (see ``prefer_iomgr_listener``).
+ceiling of one event loop), as ``bench.run`` drives the servers: with gRPC's default EventEngine
+listener and with the iomgr listener ``conch serve`` chooses (see ``prefer_iomgr_listener``), and
+with ModelInfer calls accepted one at a time (as ``grpc.aio`` does) or several at once (as conch
+does, ``conch.frontends.grpc.acceptors``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from tritonclient.grpc import service_pb2_grpc
 from bench.loadgen import LoadResult, run_perf_analyzer
 from bench.models import MODELS, model_config
 from bench.servers import Ports
-from conch.frontends.grpc.grpc_options import LISTENER_EXPERIMENT
-from conch.frontends.grpc.servicer import generic_handlers_only
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, LISTENER_EXPERIMENT
+from conch.frontends.grpc.servicer import register_servicer
 
 
 class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -80,12 +82,14 @@ class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
 
-def _serve(address: str) -> None:
+def _serve(address: str, acceptors: int) -> None:
     async def serve() -> None:
         server = grpc.aio.server()
-        server.add_generic_rpc_handlers(generic_handlers_only(EmptyServicer()))  # as conch registers it
+        servicer = EmptyServicer()
+        model_infer = register_servicer(server, servicer, acceptors)  # as conch registers it
         server.add_insecure_port(address)
         await server.start()
+        model_infer.start()
         await server.wait_for_termination()
 
     uvloop.run(serve())
@@ -101,18 +105,26 @@ def _wait_listening(address: str, timeout_s: float = 30.0) -> None:
     raise SystemExit(f"grpc_floor: nothing listens on {address}")
 
 
-#: The listeners compared: gRPC's default (EventEngine) and the iomgr one ``conch serve`` chooses.
-LISTENERS = {"EventEngine listener": LISTENER_EXPERIMENT, "iomgr listener (conch)": f"-{LISTENER_EXPERIMENT}"}
+#: The set-ups compared, as (``GRPC_EXPERIMENTS``, acceptors): gRPC's default listener (EventEngine)
+#: and the iomgr one ``conch serve`` chooses; ModelInfer calls accepted one at a time, as ``grpc.aio``
+#: does, and several at once, as conch does (``conch.frontends.grpc.acceptors``).
+SETUPS = {
+    "EventEngine listener, calls accepted one at a time": (LISTENER_EXPERIMENT, 0),
+    "iomgr listener, calls accepted one at a time": (f"-{LISTENER_EXPERIMENT}", 0),
+    f"iomgr listener, {DEFAULT_ACCEPTORS} acceptors (conch)": (f"-{LISTENER_EXPERIMENT}", DEFAULT_ACCEPTORS),
+}
 
 
-def _measure(experiments: str, seconds: float) -> dict[int, LoadResult]:
+def _measure(experiments: str, acceptors: int, seconds: float) -> dict[int, LoadResult]:
     """The empty servicer in a fresh process started with ``GRPC_EXPERIMENTS=experiments`` (gRPC's core
     reads it once, at import), at concurrency 1 and 32."""
     address = Ports().grpc_address
     environ = os.environ.copy()
     os.environ["GRPC_EXPERIMENTS"] = experiments
     try:
-        server = multiprocessing.get_context("spawn").Process(target=_serve, args=(address,), daemon=True)
+        server = multiprocessing.get_context("spawn").Process(
+            target=_serve, args=(address, acceptors), daemon=True
+        )
         server.start()
     finally:
         os.environ.clear()
@@ -130,12 +142,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.grpc_floor", description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    for listener, experiments in LISTENERS.items():
-        for concurrency, result in _measure(experiments, args.seconds).items():
+    for setup, (experiments, acceptors) in SETUPS.items():
+        for concurrency, result in _measure(experiments, acceptors, args.seconds).items():
             if not result.ok:
                 raise SystemExit(f"grpc_floor: {result.failure}")
             print(
-                f"empty grpc.aio servicer, {listener}, perf_analyzer c={concurrency}: "
+                f"empty grpc.aio servicer, {setup}, perf_analyzer c={concurrency}: "
                 f"{result.throughput:,.0f} calls/s, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms"
             )
 

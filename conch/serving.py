@@ -25,6 +25,7 @@ from prometheus_client import make_asgi_app
 
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
@@ -50,6 +51,7 @@ class ServeSettings:
     workers: int = 1
     grpc_relay: bool = False
     busy_poll_us: int = 1000
+    grpc_acceptors: int = DEFAULT_ACCEPTORS
 
 
 def embedded_repository() -> Path:
@@ -110,10 +112,12 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     grpc_server, relay = None, None
     try:
         if settings.grpc_relay:
-            relay = RelayEndpoint(server, grpc_address, settings.busy_poll_us)
+            relay = RelayEndpoint(server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors)
             await relay.start()
         else:
-            grpc_server = create_grpc_server(server, grpc_address, reuse_port=worker is not None)
+            grpc_server = create_grpc_server(
+                server, grpc_address, reuse_port=worker is not None, acceptors=settings.grpc_acceptors
+            )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
     except RelayStartError as exc:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from conch import __version__
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 
 TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install")
 
@@ -87,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         "answered, so that a client's next request is read without a thread wake-up; 0 turns it off "
         "(see docs/tuning.md; CONCH_BUSY_POLL_US, default 1000)",
     )
+    serve.add_argument(
+        "--grpc-acceptors",
+        type=int,
+        default=int(_env("GRPC_ACCEPTORS", str(DEFAULT_ACCEPTORS))),
+        help="gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a "
+        "time, as grpc.aio does (see docs/tuning.md; CONCH_GRPC_ACCEPTORS, default %(default)s)",
+    )
     serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
@@ -124,12 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         grpc_relay=args.grpc_relay,
         busy_poll_us=args.busy_poll_us,
+        grpc_acceptors=args.grpc_acceptors,
     )
     if args.workers < 1:
         print("conch: --workers must be at least 1", file=sys.stderr)
         return 2
     if args.busy_poll_us < 0:
         print("conch: --busy-poll-us must be 0 (off) or more", file=sys.stderr)
+        return 2
+    if args.grpc_acceptors < 0:
+        print("conch: --grpc-acceptors must be 0 (grpc.aio's own) or more", file=sys.stderr)
         return 2
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

@@ -41,17 +41,25 @@ MODELS: dict[str, onnx.ModelProto] = {
 }
 
 
-@pytest.fixture(scope="module", params=["in-process", "relay"])
+SERVING_MODES = {
+    "in-process": ["--grpc-relay", "false"],
+    "relay": ["--grpc-relay", "true"],
+    "grpc.aio's own acceptance": ["--grpc-acceptors", "0"],
+}
+
+
+@pytest.fixture(scope="module", params=list(SERVING_MODES))
 def server(
     start_server: Callable[..., ServerProcess],
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> ServerProcess:
     """An identity model per datatype, add-sub, multi-dtype (all auto-completed) and digits-mlp; every
-    test runs against gRPC served in-process and through the relay process (``--grpc-relay``)."""
+    test runs against gRPC served in-process (with its inference calls accepted several at once, and
+    one at a time as ``grpc.aio`` accepts them) and through the relay process (``--grpc-relay``)."""
     root = write_repository(tmp_path_factory.mktemp("grpc-infer"), {n: (m, None) for n, m in MODELS.items()})
     shutil.copytree(EXAMPLES / "digits-mlp", root / "digits-mlp")
-    return start_server(root, "--grpc-relay", str(request.param == "relay").lower())
+    return start_server(root, *SERVING_MODES[request.param])
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,14 @@ MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 #: iomgr TCP server.
 LISTENER_EXPERIMENT = "event_engine_listener"
 
+#: The one method whose calls are accepted several at once (:mod:`conch.frontends.grpc.acceptors`):
+#: the others are rare next to inference.
+MODEL_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+#: How many of its calls the server stands ready to accept at once. Measured on 2 cores at 32 clients:
+#: 8 and 32 gave the same calls/s (the empty servicer, ``docs/tuning.md``); each costs one task.
+DEFAULT_ACCEPTORS = 8
+
 
 def grpc_server_options(reuse_port: bool) -> list[tuple[str, int]]:
     """``reuse_port`` lets several worker processes listen on the same port; otherwise a port already

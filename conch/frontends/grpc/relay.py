@@ -32,7 +32,8 @@ import uvloop
 from tritonclient.grpc import service_pb2 as pb
 
 from conch.busy_poll import poll_when_idle
-from conch.frontends.grpc.grpc_options import grpc_server_options
+from conch.frontends.grpc.acceptors import CallAcceptors
+from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.scheduling.scheduler import RequestsInFlight
@@ -121,7 +122,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0) -> int:
+async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0, acceptors: int = 0) -> int:
     server = grpc.aio.server(options=grpc_server_options(reuse_port=False))
     try:
         server.add_insecure_port(address)
@@ -134,9 +135,11 @@ async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0) -> in
     handlers = {m.name: relay.unary_handler(i) for i, m in enumerate(UNARY_METHODS)}
     handlers["ModelStreamInfer"] = relay.stream_handler()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    model_infer = CallAcceptors(server, MODEL_INFER_METHOD, handlers["ModelInfer"], acceptors)
     if await reader.readexactly(len(GO)) != GO:
         return 1
     await server.start()
+    model_infer.start()
     await relay.read_replies()  # until the model process closes the connection
     await server.stop(grace=1)
     return 0
@@ -147,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", required=True, help="host:port to serve gRPC on")
     parser.add_argument("--socket", required=True, help="the model process's Unix socket")
     parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
+    parser.add_argument("--grpc-acceptors", type=int, default=0, help="as conch serve's (acceptors module)")
     args = parser.parse_args(argv)
     try:
-        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us))
+        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us, args.grpc_acceptors))
     except KeyboardInterrupt:
         return 0
 

@@ -52,11 +52,14 @@ _CONTEXT = _RelayedCallContext()
 class RelayEndpoint:
     """Starts the relay for ``address`` and answers its calls with ``server``."""
 
-    def __init__(self, server: InferenceServer, address: str, busy_poll_us: int = 0) -> None:
+    def __init__(
+        self, server: InferenceServer, address: str, busy_poll_us: int = 0, acceptors: int = 0
+    ) -> None:
         servicer = InferenceServicer(server)
         self._handlers: list[Any] = [getattr(servicer, m.name) for m in UNARY_METHODS]
         self._address = address
         self._busy_poll_us = busy_poll_us
+        self._acceptors = acceptors
         self._folder = tempfile.TemporaryDirectory(prefix="conch-relay-")
         self._connected: asyncio.Future[asyncio.StreamWriter] | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -81,6 +84,8 @@ class RelayEndpoint:
             socket_path,
             "--busy-poll-us",
             str(self._busy_poll_us),
+            "--grpc-acceptors",
+            str(self._acceptors),
             # Its own session: a signal to the server's process group (Ctrl-C, systemd's stop) must not
             # kill the relay under calls still in flight; it exits when the server closes its socket.
             start_new_session=True,

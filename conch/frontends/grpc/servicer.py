@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -16,7 +17,8 @@ from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError, ErrorKind
 from conch.frontends.grpc import infer_codec
-from conch.frontends.grpc.grpc_options import grpc_server_options
+from conch.frontends.grpc.acceptors import CallAcceptors
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.server import InferenceServer
 
@@ -31,6 +33,7 @@ STATUS_CODES = {
 }
 
 T = TypeVar("T")
+RpcHandler: TypeAlias = grpc.RpcMethodHandler
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -126,27 +129,64 @@ async def _abort(context: Any, exc: ConchError) -> None:
     await context.abort(STATUS_CODES[exc.kind], exc.message)
 
 
-def create_grpc_server(server: InferenceServer, address: str, reuse_port: bool = False) -> grpc.aio.Server:
+@dataclass
+class GrpcFrontend:
+    """The gRPC server and the acceptors of its inference calls, started and stopped together."""
+
+    server: grpc.aio.Server
+    acceptors: CallAcceptors
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.acceptors.start()
+
+    async def stop(self, grace: float) -> None:
+        await self.server.stop(grace=grace)
+
+
+def create_grpc_server(
+    server: InferenceServer, address: str, reuse_port: bool = False, acceptors: int = DEFAULT_ACCEPTORS
+) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
-    :func:`grpc_server_options` for ``reuse_port``)."""
+    :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
+    at once."""
     grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port))
-    grpc_server.add_generic_rpc_handlers(generic_handlers_only(InferenceServicer(server)))
+    model_infer = register_servicer(grpc_server, InferenceServicer(server), acceptors)
     grpc_server.add_insecure_port(address)
-    return grpc_server
+    return GrpcFrontend(grpc_server, model_infer)
 
 
-class _GenericHandlers:
+def register_servicer(
+    grpc_server: grpc.aio.Server, servicer: service_pb2_grpc.GRPCInferenceServiceServicer, acceptors: int
+) -> CallAcceptors:
+    """Register ``servicer`` as conch does: one generic handler (:func:`generic_handlers_only`), and
+    ``acceptors`` tasks that accept ModelInfer calls (start them once the server has started)."""
+    registered = _register(servicer)
+    grpc_server.add_generic_rpc_handlers(tuple(registered.generic))
+    return CallAcceptors(grpc_server, MODEL_INFER_METHOD, registered.methods["ModelInfer"], acceptors)
+
+
+class _Registrar:
     """Stands in for the server while the generated ``add_..._to_server`` registers the servicer, and
-    keeps only its generic handler."""
+    keeps what it registers."""
 
     def __init__(self) -> None:
-        self.handlers: list[grpc.GenericRpcHandler] = []
+        self.generic: list[grpc.GenericRpcHandler] = []
+        self.methods: dict[str, RpcHandler] = {}
 
     def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
-        self.handlers.extend(handlers)
+        self.generic.extend(handlers)
 
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        """Dropped on purpose: see :func:`generic_handlers_only`."""
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.methods.update(handlers)
+
+
+def _register(servicer: service_pb2_grpc.GRPCInferenceServiceServicer) -> _Registrar:
+    registrar = _Registrar()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registrar)
+    return registrar
 
 
 def generic_handlers_only(
@@ -157,8 +197,7 @@ def generic_handlers_only(
     Why: ``grpc.aio`` waits for the next call of every registered method at once, with one task each
     and one ``asyncio.wait`` over all of them per call it accepts; the service's 19 methods made that
     wait a tenth of the event loop's time at 32 clients. A generic handler is one pending call and a
-    dictionary lookup by method name.
+    dictionary lookup by method name. (ModelInfer alone is registered again, by
+    :class:`~conch.frontends.grpc.acceptors.CallAcceptors`.)
     """
-    registrar = _GenericHandlers()
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, registrar)
-    return tuple(registrar.handlers)
+    return tuple(_register(servicer).generic)

@@ -1,0 +1,91 @@
+"""Several calls of one gRPC method accepted at once, where ``grpc.aio`` accepts them one at a time.
+
+Why: ``grpc.aio`` asks gRPC's core for the next call of a method only once the previous call has
+reached the event loop. Each call therefore costs a request to the core, a completion through gRPC's
+poller thread and two turns of the event loop *before the next call can be accepted*. When 32 clients
+send a burst, the calls wait in the core and are let in one by one, and the loop idles between them.
+With a few requests for the next call pending at all times, the core hands over a whole burst at
+once. An empty servicer (``python -m bench.grpc_floor``) went from 5,000-5,700 to 10,000-10,400
+calls/s at 32 perf_analyzer clients, and a lone call did not get slower (see ``docs/tuning.md``).
+
+How: the method is registered with gRPC's core by name (``add_registered_method_handlers``, public
+API), and each of ``count`` tasks keeps one request for its next call pending. An accepted call runs
+exactly as ``grpc.aio`` runs its own, through the same functions of its Cython core (``_handle_rpc``
+inside ``_schedule_rpc_coro``), so deadlines, cancellation, aborts and error statuses behave the same.
+
+Those functions are ``grpc.aio`` internals. grpcio is pinned in ``pyproject.toml`` and
+:func:`missing_internals` names any that a different grpcio lacks; the server then accepts calls as
+``grpc.aio`` does and logs a warning, so an upgrade can cost speed but never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+from grpc._cython import cygrpc
+
+log = logging.getLogger(__name__)
+
+#: What this module uses of ``grpc.aio``'s Cython core (``grpc._cython.cygrpc``).
+_CYGRPC_NAMES = ("_handle_rpc", "_schedule_rpc_coro", "_MethodResolver", "_RequestCallError", "AioServer")
+_AIO_SERVER_METHODS = ("_request_registered_call", "is_running")
+
+
+def missing_internals() -> list[str]:
+    """The ``grpc.aio`` internals this module needs that the installed grpcio lacks (none for the pin)."""
+    missing = [f"cygrpc.{name}" for name in _CYGRPC_NAMES if not hasattr(cygrpc, name)]
+    aio_server = getattr(cygrpc, "AioServer", None)
+    missing += [f"AioServer.{name}" for name in _AIO_SERVER_METHODS if not hasattr(aio_server, name)]
+    return missing
+
+
+class CallAcceptors:
+    """``count`` pending requests for the next call of ``method`` on ``grpc_server``.
+
+    Create it before ``grpc_server.start()`` (registering a method needs a server that has not
+    started) and call :meth:`start` after. The server must have no interceptors: calls accepted
+    here would bypass them. The tasks end by themselves when the server stops.
+    """
+
+    def __init__(self, grpc_server: grpc.aio.Server, method: str, handler: grpc.RpcMethodHandler, count: int):
+        service, _, name = method.strip("/").partition("/")
+        self.method = method
+        self.count = count if not missing_internals() else 0
+        #: Calls these tasks accepted (``grpc.aio``'s own request takes the others).
+        self.accepted = 0
+        self._grpc_server = grpc_server
+        self._tasks: set[asyncio.Task[None]] = set()
+        if count and not self.count:
+            log.warning(
+                "this grpcio lacks %s: gRPC calls are accepted one at a time", ", ".join(missing_internals())
+            )
+        grpc_server.add_registered_method_handlers(service, {name: handler})
+        self._resolver = cygrpc._MethodResolver([], {method: handler}) if self.count else None
+
+    def start(self) -> None:
+        """Start the tasks; the server must be started."""
+        loop = asyncio.get_running_loop()
+        for _ in range(self.count):
+            task = loop.create_task(self._accept(loop), name=f"accept {self.method}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
+        aio_server: Any = self._grpc_server._server  # type: ignore[attr-defined]
+        method = self.method.encode()
+        while True:
+            try:
+                rpc_state = await aio_server._request_registered_call(method)
+            except cygrpc._RequestCallError:
+                if aio_server.is_running():
+                    continue  # one failed request (a call the core dropped): ask again
+                return  # the server is stopping: the core fails every pending request
+            self.accepted += 1
+            call = cygrpc._handle_rpc(self.method, self._resolver, (), rpc_state, loop, False)
+            task = loop.create_task(cygrpc._schedule_rpc_coro(call, rpc_state, loop, self.method))
+            # The loop keeps only a weak reference to a task; grpc.aio keeps its own calls' tasks too.
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,149 @@
+"""``CallAcceptors``: calls of one method accepted several at once, on a real ``grpc.aio`` server and
+client over loopback, behave as the calls ``grpc.aio`` accepts itself (answers, aborts, deadlines,
+shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import pytest
+
+from conch.frontends.grpc import acceptors
+from conch.frontends.grpc.acceptors import CallAcceptors
+
+ECHO = "/test.Echo/Echo"
+OTHER = "/test.Echo/Other"
+Handler = Callable[[bytes, Any], Awaitable[bytes]]
+
+
+async def echo(request: bytes, context: Any) -> bytes:
+    """Answers after a turn of the loop, so that concurrent calls overlap."""
+    if request == b"refuse":
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused on purpose")
+    if request == b"slow":
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(0.001)
+    return request[::-1]
+
+
+@asynccontextmanager
+async def echo_server(count: int) -> AsyncIterator[tuple[grpc.aio.Channel, CallAcceptors, grpc.aio.Server]]:
+    """A ``grpc.aio`` server on a free loopback port with ``count`` acceptors for ``ECHO``; ``OTHER``
+    is served by a generic handler only, as conch serves its other methods."""
+    server = grpc.aio.server()
+    handler = grpc.unary_unary_rpc_method_handler(echo)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("test.Echo", {"Echo": handler, "Other": handler}),)
+    )
+    accepting = CallAcceptors(server, ECHO, handler, count)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    accepting.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield channel, accepting, server
+    finally:
+        await channel.close()
+        await server.stop(grace=1)
+
+
+def call(channel: grpc.aio.Channel, method: str = ECHO) -> grpc.aio.UnaryUnaryMultiCallable:
+    return channel.unary_unary(method)
+
+
+def test_the_pinned_grpcio_has_every_internal_the_acceptors_use() -> None:
+    assert acceptors.missing_internals() == []
+
+
+def test_concurrent_calls_are_answered_correctly_and_the_acceptors_take_them() -> None:
+    async def scenario() -> tuple[list[bytes], int, list[bytes]]:
+        async with echo_server(count=4) as (channel, accepting, _):
+            requests = [f"call {i}".encode() for i in range(64)]
+            answers = await asyncio.gather(*(call(channel)(r) for r in requests))
+            return list(answers), accepting.accepted, requests
+
+    answers, accepted, requests = asyncio.run(scenario())
+
+    assert answers == [r[::-1] for r in requests]
+    assert accepted > 0, "every call went through grpc.aio's own request: the acceptors took none"
+
+
+def test_without_acceptors_grpc_aio_accepts_every_call_itself() -> None:
+    async def scenario() -> tuple[list[bytes], int]:
+        async with echo_server(count=0) as (channel, accepting, _):
+            answers = await asyncio.gather(*(call(channel)(b"abc") for _ in range(16)))
+            return list(answers), accepting.accepted
+
+    answers, accepted = asyncio.run(scenario())
+
+    assert answers == [b"cba"] * 16
+    assert accepted == 0
+
+
+def test_an_abort_reaches_the_client_with_its_status_and_other_calls_are_unaffected() -> None:
+    async def scenario() -> tuple[grpc.aio.AioRpcError, list[bytes], bytes]:
+        async with echo_server(count=4) as (channel, _, _):
+            outcomes = await asyncio.gather(
+                call(channel)(b"refuse"), *(call(channel)(b"ok") for _ in range(8)), return_exceptions=True
+            )
+            error, answers = outcomes[0], outcomes[1:]
+            assert isinstance(error, grpc.aio.AioRpcError)
+            return error, [a for a in answers if isinstance(a, bytes)], await call(channel, OTHER)(b"xy")
+
+    error, answers, other = asyncio.run(scenario())
+
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == "refused on purpose"
+    assert answers == [b"ko"] * 8
+    assert other == b"yx"  # a method without acceptors is still served by the generic handler
+
+
+def test_a_client_deadline_ends_the_call_and_the_server_keeps_answering() -> None:
+    async def scenario() -> tuple[grpc.aio.AioRpcError, bytes]:
+        async with echo_server(count=4) as (channel, _, _):
+            try:
+                await call(channel)(b"slow", timeout=0.1)
+            except grpc.aio.AioRpcError as exc:
+                error = exc
+            else:
+                raise AssertionError("a 1 s call finished within a 0.1 s deadline")
+            return error, await call(channel)(b"after")
+
+    error, after = asyncio.run(scenario())
+
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert after == b"retfa"
+
+
+def test_the_acceptors_end_when_the_server_stops() -> None:
+    async def scenario() -> list[str]:
+        async with echo_server(count=4) as (channel, _, _):
+            await call(channel)(b"abc")
+        await asyncio.sleep(0.05)  # the core failed the pending requests; let the tasks see it
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("accept ")]
+
+    assert asyncio.run(asyncio.wait_for(scenario(), timeout=10)) == []
+
+
+def test_a_grpcio_without_the_internals_accepts_as_grpc_aio_does_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A grpcio whose core lacks one of the names (deleting a real one would break grpc.aio itself).
+    monkeypatch.setattr(acceptors, "_CYGRPC_NAMES", (*acceptors._CYGRPC_NAMES, "_renamed_in_a_later_grpcio"))
+
+    async def scenario() -> tuple[list[bytes], int, int]:
+        async with echo_server(count=4) as (channel, accepting, _):
+            answers = await asyncio.gather(*(call(channel)(b"abc") for _ in range(8)))
+            return list(answers), accepting.count, accepting.accepted
+
+    with caplog.at_level(logging.WARNING, logger=acceptors.__name__):
+        answers, count, accepted = asyncio.run(scenario())
+
+    assert answers == [b"cba"] * 8
+    assert (count, accepted) == (0, 0)
+    assert "cygrpc._renamed_in_a_later_grpcio" in caplog.text
