@@ -76,9 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-relay",
         type=_bool,
         default=_bool(_env("GRPC_RELAY", "false")),
-        help="serve gRPC from a separate relay process: more gRPC calls/s under load for a compute-bound "
-        "model, more latency for a lone call (see docs/tuning.md); one process only, not with --workers "
-        "(CONCH_GRPC_RELAY, default false)",
+        help="serve gRPC from a separate relay process, which takes gRPC's per-call work off the model "
+        "process; a lone call pays one more hop, and on 2 cores it was no faster under load (see "
+        "docs/tuning.md); one process only, not with --workers (CONCH_GRPC_RELAY, default false)",
     )
     serve.add_argument(
         "--busy-poll-us",

@@ -1,11 +1,13 @@
 """``conch serve --grpc-relay``: a separate process owns the gRPC port and relays raw calls.
 
-Why: Python's gRPC server spends about 0.2 ms of a core per call, all on the event loop thread of
+Why: Python's gRPC server spends 0.1 to 0.2 ms of a core per call, all on the event loop thread of
 the process that owns the connection (``python -m bench.grpc_floor``). With the relay, that work runs
-in this process while the model process decodes, batches, computes and encodes: at 32 gRPC clients
-on two cores, 2,682 mlp calls/s against 2,446 in one process (``bench/results/2026-11-30-181803.md``).
-A lone call pays one more hop (0.55 against 0.37 ms p50 on the tiny model), and an overhead-bound
-model gains nothing (4,300 against 4,868 tiny calls/s), so the relay is opt-in.
+in this process while the model process decodes, batches, computes and encodes. Before conch
+accepted several calls at once (``conch.frontends.grpc.acceptors``), that made the compute-bound
+model faster at 32 gRPC clients on two cores (2,682 against 2,446 mlp calls/s,
+``bench/results/2026-11-30-181803.md``). Since then the one process is as fast or faster (3,041
+against 2,776/s, ``-192558.md``), and a lone call pays the relay's extra hop (0.53 against 0.38 ms
+p50 on the tiny model), so the relay stays opt-in, for machines where measurements favour it.
 
 The relay never parses a unary call: each request's bytes go to the model process over a Unix socket
 as one frame (length, call id, method index), and the reply frame carries the response bytes, or a
