@@ -76,13 +76,13 @@ class CallAcceptors:
     async def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
         aio_server: Any = self._grpc_server._server  # type: ignore[attr-defined]
         method = self.method.encode()
-        while True:
+        # Checked before each request: once the server stops, the core fails every pending request,
+        # and a request made after its C server is destroyed would reach freed memory.
+        while aio_server.is_running():
             try:
                 rpc_state = await aio_server._request_registered_call(method)
             except cygrpc._RequestCallError:
-                if aio_server.is_running():
-                    continue  # one failed request (a call the core dropped): ask again
-                return  # the server is stopping: the core fails every pending request
+                continue  # a request the core failed: ask again while the server runs
             self.accepted += 1
             call = cygrpc._handle_rpc(self.method, self._resolver, (), rpc_state, loop, False)
             task = loop.create_task(cygrpc._schedule_rpc_coro(call, rpc_state, loop, self.method))
