@@ -52,16 +52,16 @@ class CallAcceptors:
 
     def __init__(self, grpc_server: grpc.aio.Server, method: str, handler: grpc.RpcMethodHandler, count: int):
         service, _, name = method.strip("/").partition("/")
+        #: The Cython server behind ``grpc.aio.Server``, which takes the requests for calls.
+        self._aio_server: Any = getattr(grpc_server, "_server", None)
+        missing = missing_internals() + ([] if self._aio_server is not None else ["grpc.aio.Server._server"])
         self.method = method
-        self.count = count if not missing_internals() else 0
+        self.count = 0 if missing else count
         #: Calls these tasks accepted (``grpc.aio``'s own request takes the others).
         self.accepted = 0
-        self._grpc_server = grpc_server
         self._tasks: set[asyncio.Task[None]] = set()
-        if count and not self.count:
-            log.warning(
-                "this grpcio lacks %s: gRPC calls are accepted one at a time", ", ".join(missing_internals())
-            )
+        if count and missing:
+            log.warning("this grpcio lacks %s: gRPC calls are accepted one at a time", ", ".join(missing))
         grpc_server.add_registered_method_handlers(service, {name: handler})
         self._resolver = cygrpc._MethodResolver([], {method: handler}) if self.count else None
 
@@ -74,7 +74,7 @@ class CallAcceptors:
             task.add_done_callback(self._tasks.discard)
 
     async def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
-        aio_server: Any = self._grpc_server._server  # type: ignore[attr-defined]
+        aio_server = self._aio_server
         method = self.method.encode()
         # Checked before each request: once the server stops, the core fails every pending request,
         # and a request made after its C server is destroyed would reach freed memory.
