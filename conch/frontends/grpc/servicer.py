@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -33,7 +33,6 @@ STATUS_CODES = {
 }
 
 T = TypeVar("T")
-RpcHandler: TypeAlias = grpc.RpcMethodHandler
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -161,9 +160,9 @@ def register_servicer(
 ) -> CallAcceptors:
     """Register ``servicer`` as conch does: one generic handler (:func:`generic_handlers_only`), and
     ``acceptors`` tasks that accept ModelInfer calls (start them once the server has started)."""
-    registered = _register(servicer)
-    grpc_server.add_generic_rpc_handlers(tuple(registered.generic))
-    return CallAcceptors(grpc_server, MODEL_INFER_METHOD, registered.methods["ModelInfer"], acceptors)
+    grpc_server.add_generic_rpc_handlers(generic_handlers_only(servicer))
+    model_infer = _register(servicer).methods["ModelInfer"]
+    return CallAcceptors(grpc_server, MODEL_INFER_METHOD, model_infer, acceptors)
 
 
 class _Registrar:
@@ -172,7 +171,7 @@ class _Registrar:
 
     def __init__(self) -> None:
         self.generic: list[grpc.GenericRpcHandler] = []
-        self.methods: dict[str, RpcHandler] = {}
+        self.methods: dict[str, grpc.RpcMethodHandler] = {}
 
     def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
         self.generic.extend(handlers)
