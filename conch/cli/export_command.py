@@ -20,6 +20,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from conch.cli.arguments import at_least
+
 ONNX_SUFFIXES = (".onnx",)
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth")
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
@@ -53,11 +55,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--name", required=True, help="model name (the model folder)")
     parser.add_argument(
         "--max-batch-size",
-        type=_at_least(0),
+        type=at_least(0),
         help="largest batch the dynamic batcher forms, 0 for no batching (default 32)",
     )
     parser.add_argument(
-        "--version", type=_at_least(1), help="version number (default: the highest existing one plus one)"
+        "--version", type=at_least(1), help="version number (default: the highest existing one plus one)"
     )
     parser.add_argument(
         "--trust-pickle",
@@ -98,19 +100,6 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("conch.exporting").removeHandler(handler)
     _print_written(version_dir)
     return 0
-
-
-def _at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def _show_progress() -> logging.Handler:

@@ -12,24 +12,29 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conch import __version__
+from conch.cli.arguments import at_least, boolean
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 
 TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"CONCH_{name}", default)
+def _setting(
+    parser: argparse.ArgumentParser, flag: str, parse: Callable[[str], Any], default: str, help: str
+) -> None:
+    """A ``conch serve`` flag whose default ``CONCH_<FLAG>`` can set (``--grpc-acceptors``:
+    ``CONCH_GRPC_ACCEPTORS``).
 
-
-def _bool(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+    The default stays a string, so argparse parses it with ``parse`` exactly as it parses the flag: a
+    bad environment value is refused with the same message and exit status 2.
+    """
+    variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+    described = f"{help} ({variable}, default {default})".lstrip()
+    parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,62 +45,55 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "repository",
         nargs="?",
-        default=_env("REPOSITORY", ""),
+        default=os.environ.get("CONCH_REPOSITORY", ""),
         help="model repository folder (CONCH_REPOSITORY); default: the bundled example repository",
     )
-    serve.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="address to bind (CONCH_HOST)")
-    serve.add_argument(
-        "--http-port", type=int, default=int(_env("HTTP_PORT", "8000")), help="(CONCH_HTTP_PORT)"
-    )
-    serve.add_argument(
-        "--grpc-port", type=int, default=int(_env("GRPC_PORT", "8001")), help="(CONCH_GRPC_PORT)"
-    )
-    serve.add_argument(
-        "--metrics-port", type=int, default=int(_env("METRICS_PORT", "8002")), help="(CONCH_METRICS_PORT)"
-    )
-    serve.add_argument(
-        "--strict-readiness",
-        type=_bool,
-        default=_bool(_env("STRICT_READINESS", "true")),
-        help="ready only when every model is READY, as Triton (CONCH_STRICT_READINESS, default true)",
-    )
-    serve.add_argument(
+    _setting(serve, "--host", str, "0.0.0.0", "address to bind")
+    _setting(serve, "--http-port", at_least(0), "8000", "")
+    _setting(serve, "--grpc-port", at_least(0), "8001", "")
+    _setting(serve, "--metrics-port", at_least(0), "8002", "")
+    _setting(serve, "--strict-readiness", boolean, "true", "ready only when every model is READY, as Triton")
+    _setting(
+        serve,
         "--default-max-batch-size",
-        type=int,
-        default=int(_env("DEFAULT_MAX_BATCH_SIZE", "4")),
-        help="max_batch_size given to auto-completed batching models (CONCH_DEFAULT_MAX_BATCH_SIZE)",
+        at_least(0),
+        "4",
+        "max_batch_size given to auto-completed batching models",
     )
-    serve.add_argument(
+    _setting(
+        serve,
         "--workers",
-        type=int,
-        default=int(_env("WORKERS", "1")),
-        help="worker processes sharing the ports; raise it when one process cannot keep up with gRPC "
-        "or HTTP traffic (CONCH_WORKERS, default 1)",
+        at_least(1),
+        "1",
+        "worker processes sharing the ports; raise it when one process cannot keep up with gRPC or "
+        "HTTP traffic",
     )
-    serve.add_argument(
+    _setting(
+        serve,
         "--grpc-relay",
-        type=_bool,
-        default=_bool(_env("GRPC_RELAY", "false")),
-        help="serve gRPC from a separate relay process, which takes gRPC's per-call work off the model "
-        "process; a lone call pays one more hop, and on 2 cores it was no faster under load (see "
-        "docs/tuning.md); one process only, not with --workers (CONCH_GRPC_RELAY, default false)",
+        boolean,
+        "false",
+        "serve gRPC from a separate relay process, which takes gRPC's per-call work off the model process; "
+        "a lone call pays one more hop, and on 2 cores it was no faster under load (see docs/tuning.md); "
+        "one process only, not with --workers",
     )
-    serve.add_argument(
+    _setting(
+        serve,
         "--busy-poll-us",
-        type=int,
-        default=int(_env("BUSY_POLL_US", "1000")),
-        help="microseconds the event loop keeps polling after the last request in the server is "
-        "answered, so that a client's next request is read without a thread wake-up; 0 turns it off "
-        "(see docs/tuning.md; CONCH_BUSY_POLL_US, default 1000)",
+        at_least(0),
+        "1000",
+        "microseconds the event loop keeps polling after the last request in the server is answered, so "
+        "that a client's next request is read without a thread wake-up; 0 turns it off (see docs/tuning.md)",
     )
-    serve.add_argument(
+    _setting(
+        serve,
         "--grpc-acceptors",
-        type=int,
-        default=int(_env("GRPC_ACCEPTORS", str(DEFAULT_ACCEPTORS))),
-        help="gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a "
-        "time, as grpc.aio does (see docs/tuning.md; CONCH_GRPC_ACCEPTORS, default %(default)s)",
+        at_least(0),
+        str(DEFAULT_ACCEPTORS),
+        "gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a time, as "
+        "grpc.aio does (see docs/tuning.md)",
     )
-    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="(CONCH_LOG_LEVEL)")
+    _setting(serve, "--log-level", str, "info", "")
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -134,15 +132,6 @@ def main(argv: list[str] | None = None) -> int:
         busy_poll_us=args.busy_poll_us,
         grpc_acceptors=args.grpc_acceptors,
     )
-    if args.workers < 1:
-        print("conch: --workers must be at least 1", file=sys.stderr)
-        return 2
-    if args.busy_poll_us < 0:
-        print("conch: --busy-poll-us must be 0 (off) or more", file=sys.stderr)
-        return 2
-    if args.grpc_acceptors < 0:
-        print("conch: --grpc-acceptors must be 0 (grpc.aio's own) or more", file=sys.stderr)
-        return 2
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)
         return 2

@@ -1,29 +1,44 @@
-"""``conch serve`` refuses impossible settings before it loads anything: exit status 2 and a message
-that names the flag."""
+"""``conch serve`` refuses impossible settings, from a flag or from its ``CONCH_*`` variable, before it
+loads anything: exit status 2 and a message that names the flag."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--busy-poll-us", "-1"], "--busy-poll-us must be 0 (off) or more"),
-        (["--grpc-acceptors", "-1"], "--grpc-acceptors must be 0 (grpc.aio's own) or more"),
-        (["--workers", "0"], "--workers must be at least 1"),
-    ],
-)
-def test_an_impossible_setting_is_refused(flags: list[str], message: str) -> None:
-    done = subprocess.run(
+def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "conch.cli.main", "serve", *flags],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, **(environ or {})},
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--busy-poll-us", "-1"], "argument --busy-poll-us: must be at least 0, got -1"),
+        (["--grpc-acceptors", "-1"], "argument --grpc-acceptors: must be at least 0, got -1"),
+        (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
+        (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
+        (["--workers", "2", "--grpc-relay", "true"], "--grpc-relay serves one process"),
+    ],
+)
+def test_an_impossible_flag_is_refused(flags: list[str], message: str) -> None:
+    done = serve(flags)
 
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_an_impossible_environment_value_is_refused_as_its_flag_would_be() -> None:
+    done = serve([], {"CONCH_GRPC_ACCEPTORS": "-3"})
+
+    assert done.returncode == 2
+    assert "argument --grpc-acceptors: must be at least 0, got -3" in done.stderr

@@ -5,7 +5,7 @@ reached the event loop. Each call therefore costs a request to the core, a compl
 poller thread and two turns of the event loop *before the next call can be accepted*. When 32 clients
 send a burst, the calls wait in the core and are let in one by one, and the loop idles between them.
 With a few requests for the next call pending at all times, the core hands over a whole burst at
-once. An empty servicer (``python -m bench.grpc_floor``) went from 5,000-5,700 to 10,000-10,400
+once. An empty servicer (``python -m bench.grpc_floor``) went from 5,000-5,900 to 9,200-10,450
 calls/s at 32 perf_analyzer clients, and a lone call did not get slower (see ``docs/tuning.md``).
 
 How: the method is registered with gRPC's core by name (``add_registered_method_handlers``, public
@@ -46,8 +46,10 @@ class CallAcceptors:
     """``count`` pending requests for the next call of ``method`` on ``grpc_server``.
 
     Create it before ``grpc_server.start()`` (registering a method needs a server that has not
-    started) and call :meth:`start` after. The server must have no interceptors: calls accepted
-    here would bypass them. The tasks end by themselves when the server stops.
+    started) and call :meth:`start` after. The method's calls must also be served by a generic
+    handler: with ``count`` 0, or a grpcio without the internals, nothing is registered here. The
+    server must have no interceptors: calls accepted here would bypass them. The tasks end by
+    themselves when the server stops.
     """
 
     def __init__(self, grpc_server: grpc.aio.Server, method: str, handler: grpc.RpcMethodHandler, count: int):
@@ -62,8 +64,9 @@ class CallAcceptors:
         self._tasks: set[asyncio.Task[None]] = set()
         if count and missing:
             log.warning("this grpcio lacks %s: gRPC calls are accepted one at a time", ", ".join(missing))
-        grpc_server.add_registered_method_handlers(service, {name: handler})
-        self._resolver = cygrpc._MethodResolver([], {method: handler}) if self.count else None
+        if self.count:  # otherwise the method stays with the server's generic handler, as grpc.aio has it
+            grpc_server.add_registered_method_handlers(service, {name: handler})
+            self._resolver = cygrpc._MethodResolver([], {method: handler})
 
     def start(self) -> None:
         """Start the tasks; the server must be started."""
