@@ -273,7 +273,7 @@ def test_response_compression_request_still_decodes(
     result = client.infer("add-sub", inputs, response_compression_algorithm=algorithm)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
 
-    # conch may answer uncompressed; whatever it sends must be labelled so the body decodes.
+    # tritonclient decodes either way, so the raw reply shows that the server did compress.
     body = {
         "inputs": [
             {"name": f"INPUT{i}", "shape": [2, 16], "datatype": "FP32", "data": a.ravel().tolist()}
@@ -284,12 +284,37 @@ def test_response_compression_request_still_decodes(
         "POST", "/v2/models/add-sub/infer", json.dumps(body).encode(), {"Accept-Encoding": algorithm}
     )
     assert reply.status == 200
-    encoding = reply.headers.get("content-encoding", "identity")
-    assert encoding in ("identity", algorithm)
-    decoded = {"identity": lambda b: b, "gzip": gzip.decompress, "deflate": zlib.decompress}[encoding](
-        reply.body
-    )
+    assert reply.headers.get("content-encoding") == algorithm
+    assert int(reply.headers["content-length"]) == len(reply.body)
+    decoded = {"gzip": gzip.decompress, "deflate": zlib.decompress}[algorithm](reply.body)
+    assert len(reply.body) < len(decoded), "a compressed answer is smaller than the JSON it holds"
     assert json.loads(decoded)["outputs"][1]["data"] == [0.0] * 32
+
+
+def test_binary_answers_are_labelled_octet_stream_and_json_answers_json(server: ServerProcess) -> None:
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    inputs = [
+        {"name": f"INPUT{i}", "shape": [2, 16], "datatype": "FP32", "data": a.ravel().tolist()}
+        for i in range(2)
+    ]
+    binary = server.request(
+        "POST",
+        "/v2/models/add-sub/infer",
+        json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode(),
+    )
+    plain = server.request("POST", "/v2/models/add-sub/infer", json.dumps({"inputs": inputs}).encode())
+
+    assert binary.status == 200
+    assert binary.headers["content-type"] == "application/octet-stream"
+    header_length = int(binary.headers["inference-header-content-length"])
+    header = json.loads(binary.body[:header_length])
+    sizes = [output["parameters"]["binary_data_size"] for output in header["outputs"]]
+    assert sizes == [2 * 16 * 4, 2 * 16 * 4]
+    output0 = np.frombuffer(binary.body[header_length : header_length + sizes[0]], dtype=np.float32)
+    np.testing.assert_array_equal(output0.reshape(2, 16), 2 * a)
+    assert plain.status == 200
+    assert plain.headers["content-type"] == "application/json"
+    assert "inference-header-content-length" not in plain.headers
 
 
 def test_concurrent_requests_each_get_their_own_answer(server: ServerProcess) -> None:
