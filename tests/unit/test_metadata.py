@@ -72,12 +72,39 @@ def test_not_json_and_missing_file(tmp_path: Path) -> None:
         read_metadata(tmp_path)
 
 
-def test_interface_changes_with_a_dimension() -> None:
+def test_interface_is_the_names_datatypes_and_shapes_of_inputs_then_outputs() -> None:
+    assert example().interface() == (
+        ("input", "age", "FP32", "-1", "1"),
+        ("output", "probabilities", "FP32", "-1", "2"),
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: setattr(m, "inputs", [TensorSchema("age", "FP32", [-1, 2])]),
+        lambda m: setattr(m, "inputs", [TensorSchema("years", "FP32", [-1, 1])]),
+        lambda m: setattr(m, "inputs", [TensorSchema("age", "FP64", [-1, 1])]),
+        lambda m: setattr(m, "outputs", [TensorSchema("probabilities", "FP32", [-1, 3])]),
+    ],
+    ids=["dimension", "name", "datatype", "output"],
+)
+def test_interface_changes_with_what_callers_send_or_get(change) -> None:  # type: ignore[no-untyped-def]
     changed = example()
-    changed.inputs = [TensorSchema("age", "FP32", [-1, 2])]
+    change(changed)
 
     assert changed.interface() != example().interface()
-    assert example().interface() == example().interface()
+
+
+def test_interface_ignores_what_callers_do_not_depend_on() -> None:
+    retrained = example()
+    retrained.version = 4
+    retrained.created = "2027-01-31T08:00:00Z"
+    retrained.training_data_version = "2027-01"
+    retrained.files = {"model.onnx": "cd" * 32}
+
+    assert retrained != example()
+    assert retrained.interface() == example().interface()
 
 
 def test_checksums_and_what_differs(tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ def test_merging_leaves_the_workers_figures_untouched_and_survives_pickling() ->
     worker = worker_figures("m", batch=2, requests=1, last_ms=1)
     sent = pickle.loads(pickle.dumps([worker]))  # as the control channel carries them
 
-    merge_statistics([sent, sent])
+    (merged,) = merge_statistics([sent, sent])
 
-    assert sent[0].inference_count == 2
-    assert worker.inference_count == 2
+    assert merged.inference_count == 4 and merged.success.count == 2
+    assert merged.request_seconds.cumulative()[-1] == ("+Inf", 2)
+    assert merged.batches[2].compute_infer.count == 2
+    assert sent[0].inference_count == 2 and sent[0].success.count == 1, "a worker's figures were summed into"
+    assert sent[0].request_seconds.cumulative()[-1] == ("+Inf", 1)
