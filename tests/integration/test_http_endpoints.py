@@ -251,11 +251,35 @@ def test_repository_index_lists_every_served_version_as_ready(
     assert [entry["name"] for entry in index] == sorted(entry["name"] for entry in index)
 
 
-def test_repository_index_with_ready_filter(server: ServerProcess) -> None:
-    for body in (b"", b"{}", b'{"ready": false}', b'{"ready": true}'):
-        reply = server.request("POST", "/v2/repository/index", body, {"Content-Type": "application/json"})
+@pytest.fixture(scope="module")
+def partly_ready_server(
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
+    """One READY model, one whose version 1 is not ONNX, one whose config does not parse."""
+    root = write_repository(
+        tmp_path_factory.mktemp("partly-ready") / "models",
+        {
+            "good": (add_sub_model(), None),
+            "not-onnx": (add_sub_model(), None),
+            "bad-config": (add_sub_model(), 'name: "bad-config"\nmax_batch_size: [ not a number\n'),
+        },
+    )
+    (root / "not-onnx" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    return start_server(root)
+
+
+def test_repository_index_with_ready_filter(partly_ready_server: ServerProcess) -> None:
+    def index(body: bytes) -> list[tuple[str, str, str]]:
+        reply = partly_ready_server.request(
+            "POST", "/v2/repository/index", body, {"Content-Type": "application/json"}
+        )
         assert reply.status == 200, body
-        assert {(entry["name"], entry["version"]) for entry in reply.json()} == served_versions()
+        return [(entry["name"], entry["version"], entry["state"]) for entry in reply.json()]
+
+    everything = [("bad-config", "", "UNAVAILABLE"), ("good", "1", "READY"), ("not-onnx", "1", "UNAVAILABLE")]
+    for body in (b"", b"{}", b'{"ready": false}'):
+        assert index(body) == everything, body
+    assert index(b'{"ready": true}') == [("good", "1", "READY")]
 
 
 @pytest.mark.parametrize("body", [b'{"ready": "yes"}', b'{"ready": 1}', b"[true]", b"{"])
