@@ -21,7 +21,6 @@ from typing import Any
 
 import uvicorn
 import uvloop
-from prometheus_client import make_asgi_app
 
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
@@ -29,6 +28,7 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics
 from conch.repository.model_repository import ModelRepository, RepositoryOptions
@@ -134,7 +134,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     tasks = []
     if worker is None:
         assert metrics_socket is not None
-        servers.append(uvicorn_server(make_asgi_app(create_registry(server.all_statistics))))
+        servers.append(uvicorn_server(metrics_app(create_registry(server.all_statistics))))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))

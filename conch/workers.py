@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
-from prometheus_client import make_asgi_app
 
 from conch.control_channel import ControlChannel
+from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run, uvicorn_server
@@ -130,9 +130,9 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _summed_metrics_app(gather: Callable[[], Awaitable[list[ModelStatistics]]]) -> Any:
-    """prometheus_client's ASGI app over every worker's statistics, summed afresh at each scrape."""
+    """The metrics app over every worker's statistics, summed afresh at each scrape."""
     snapshot: list[ModelStatistics] = []
-    exposition = make_asgi_app(create_registry(lambda: snapshot))
+    exposition = metrics_app(create_registry(lambda: snapshot))
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":

@@ -1,7 +1,8 @@
 """Prometheus metrics under Triton's names, read from the statistics at scrape time.
 
 A collector turns :class:`ModelStatistics` into ``nv_inference_*`` families when Prometheus scrapes,
-so serving a request updates plain integers and nothing else.
+so serving a request updates plain integers and nothing else. Serve the registry with
+:func:`conch.observability.exposition.metrics_app`, which writes Triton's counters without ``_total``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from conch.observability.exposition import TritonCounter
 from conch.observability.host_metrics import HostCollector
 from conch.observability.statistics import Duration, Histogram, ModelStatistics
 
@@ -43,22 +45,6 @@ _DURATIONS: list[tuple[str, str, Callable[[ModelStatistics], Duration]]] = [
         lambda s: s.compute_output,
     ),
 ]
-
-
-class TritonCounter(Metric):
-    """A cumulative count exposed under Triton's bare name.
-
-    prometheus_client renames every ``counter`` to ``<name>_total`` in the text format, which would
-    break dashboards written for Triton, so these are exposed untyped; ``rate()`` works the same.
-    """
-
-    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        super().__init__(name, documentation, "unknown")
-        self.name = name
-        self._label_names = labels
-
-    def add_metric(self, labels: list[str], value: float) -> None:
-        self.add_sample(self.name, dict(zip(self._label_names, labels, strict=True)), value)
 
 
 class InferenceStatisticsCollector(Collector):

@@ -1,4 +1,9 @@
-"""Reads a server's Prometheus ``/metrics`` page the way Prometheus does, for tests to look values up."""
+"""Reads a server's Prometheus ``/metrics`` page the way Prometheus does, for tests to look values up.
+
+prometheus_client's parser hands a counter back in its OpenMetrics shape, its samples renamed
+``<name>_total`` even where the page wrote the bare name. Prometheus keeps the names as written, so
+:func:`scrape` gives a counter typed under its bare name on the page its bare name back.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,25 @@ from dataclasses import dataclass
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+
+#: Triton's counters, which conch types ``counter`` under these bare names.
+TRITON_COUNTERS = (
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+)
+#: conch's own latency and batch-size histograms.
+HISTOGRAMS = (
+    "conch_inference_request_duration_seconds",
+    "conch_inference_queue_duration_seconds",
+    "conch_inference_batch_size",
+)
 
 
 @dataclass(frozen=True)
@@ -38,10 +62,16 @@ class Scrape:
         return sorted((float(s.labels["le"]), float(s.value)) for s in found)
 
 
-def scrape(url: str) -> Scrape:
-    """GET ``url`` and parse it with prometheus_client's text parser; the page must be served as text."""
-    with urllib.request.urlopen(url, timeout=10) as reply:
+def scrape(url: str, accept: str | None = None) -> Scrape:
+    """GET ``url`` (asking for ``accept``) and parse it; whatever was asked, the page must be text 0.0.4."""
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=10) as reply:
         assert reply.status == 200
-        assert reply.headers["Content-Type"].startswith("text/plain")
+        assert reply.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         text = reply.read().decode()
-    return Scrape(text, {family.name: family for family in text_string_to_metric_families(text)})
+    families = {}
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter" and f"# TYPE {family.name} counter\n" in text:
+            family.samples = [sample._replace(name=family.name) for sample in family.samples]
+        families[family.name] = family
+    return Scrape(text, families)

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.onnx_models import ONNX_TYPES, add_sub_model, identity_model, write_repository
-from tests.integration.metrics_scrape import Scrape, scrape
+from tests.integration.metrics_scrape import HISTOGRAMS, TRITON_COUNTERS, Scrape, scrape
 from tests.integration.server_process import ServerProcess
 
 MODELS = ("add-sub", "idle", "waiting")
@@ -30,22 +30,6 @@ name: "waiting"
 max_batch_size: 8
 dynamic_batching { max_queue_delay_microseconds: 1000000 }
 """
-TRITON_COUNTERS = (
-    "nv_inference_request_success",
-    "nv_inference_request_failure",
-    "nv_inference_count",
-    "nv_inference_exec_count",
-    "nv_inference_request_duration_us",
-    "nv_inference_queue_duration_us",
-    "nv_inference_compute_input_duration_us",
-    "nv_inference_compute_infer_duration_us",
-    "nv_inference_compute_output_duration_us",
-)
-HISTOGRAMS = (
-    "conch_inference_request_duration_seconds",
-    "conch_inference_queue_duration_seconds",
-    "conch_inference_batch_size",
-)
 REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
@@ -101,15 +85,35 @@ def value(snapshot: Scrape, name: str, model: str = "add-sub", **labels: str) ->
     return snapshot.value(name, model=model, version="1", **labels)
 
 
-def test_triton_counters_are_untyped_under_their_bare_names(server: ServerProcess) -> None:
+def test_triton_counters_are_typed_counters_under_their_bare_names(server: ServerProcess) -> None:
     snapshot = scrape(server.metrics_url)
     for name in TRITON_COUNTERS:
-        assert snapshot.families[name].type == "unknown"
-        assert f"# TYPE {name} untyped" in snapshot.text
+        assert snapshot.families[name].type == "counter"
+        assert f"# TYPE {name} counter\n" in snapshot.text
         assert f"{name}_total" not in snapshot.text
+        assert snapshot.samples(name, model="add-sub"), name
     assert snapshot.families["nv_inference_pending_request_count"].type == "gauge"
     for name in HISTOGRAMS:
         assert snapshot.families[name].type == "histogram"
+    # prometheus_client's own counters keep their suffix.
+    assert "# TYPE process_cpu_seconds_total counter\n" in snapshot.text
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/openmetrics-text; version=1.0.0",
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",  # what Prometheus 2 sends
+        "text/plain; version=1.0.0",
+    ],
+)
+def test_the_page_is_text_0_0_4_whatever_the_scraper_asks_for(server: ServerProcess, accept: str) -> None:
+    snapshot = scrape(server.metrics_url, accept)  # it checks the Content-Type
+    assert "# TYPE nv_inference_request_success counter\n" in snapshot.text
+    assert "nv_inference_request_success_total" not in snapshot.text
+    assert "# EOF" not in snapshot.text
+    assert value(snapshot, "nv_inference_request_success") >= 0
 
 
 def test_counts_after_known_successes_and_rejections_over_http_and_grpc(
@@ -207,28 +211,44 @@ def test_histograms_agree_with_the_counters(
     assert value(snapshot, "nv_inference_request_success") >= 3
 
 
-def test_metrics_match_the_statistics_extension(
+def test_metrics_and_the_statistics_extension_both_count_the_requests_sent(
     server: ServerProcess, http: httpclient.InferenceServerClient
 ) -> None:
-    infer_add_sub(http, rows=2, seed=7)
-    snapshot = scrape(server.metrics_url)
-    stats = server.request("GET", "/v2/models/add-sub/stats").json()["model_stats"][0]
-    inference = stats["inference_stats"]
-    assert value(snapshot, "nv_inference_request_success") == inference["success"]["count"]
+    def statistics() -> dict[str, Any]:
+        stats: dict[str, Any] = server.request("GET", "/v2/models/add-sub/stats").json()["model_stats"][0]
+        return stats
+
+    before, stats_before = scrape(server.metrics_url), statistics()
+    started = time.perf_counter()
+    for seed in range(4):
+        infer_add_sub(http, rows=2, seed=seed)
+    round_trips_us = (time.perf_counter() - started) * 1e6
+    too_short = np.zeros((1, 8), dtype=np.float32)
+    for _ in range(3):
+        with pytest.raises(InferenceServerException):
+            http.infer("add-sub", add_sub_inputs(httpclient.InferInput, too_short, too_short))
+    after, stats_after = scrape(server.metrics_url), statistics()
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    def stats_grew(pick: Callable[[dict[str, Any]], int]) -> int:
+        return pick(stats_after) - pick(stats_before)
+
+    sent, rejected, rows = 4, 3, 4 * 2
     assert (
-        sum(value(snapshot, "nv_inference_request_failure", reason=r) for r in REASONS)
-        == inference["fail"]["count"]
+        grew("nv_inference_request_success")
+        == stats_grew(lambda s: s["inference_stats"]["success"]["count"])
+        == sent
     )
-    assert value(snapshot, "nv_inference_count") == stats["inference_count"]
-    assert value(snapshot, "nv_inference_exec_count") == stats["execution_count"]
-    for name, key in (
-        ("nv_inference_request_duration_us", "success"),
-        ("nv_inference_queue_duration_us", "queue"),
-        ("nv_inference_compute_input_duration_us", "compute_input"),
-        ("nv_inference_compute_infer_duration_us", "compute_infer"),
-        ("nv_inference_compute_output_duration_us", "compute_output"),
-    ):
-        assert value(snapshot, name) == inference[key]["ns"] // 1000, name
+    assert grew("nv_inference_request_failure", reason="REJECTED") == rejected
+    assert sum(grew("nv_inference_request_failure", reason=r) for r in REASONS) == rejected
+    assert stats_grew(lambda s: s["inference_stats"]["fail"]["count"]) == rejected
+    assert grew("nv_inference_count") == stats_grew(lambda s: s["inference_count"]) == rows
+    assert grew("nv_inference_exec_count") == stats_grew(lambda s: s["execution_count"]) == sent
+    # The server's time for the four successes lies within the client's round trips.
+    assert 0 < grew("nv_inference_request_duration_us") <= round_trips_us
+    assert 0 < stats_grew(lambda s: s["inference_stats"]["success"]["ns"]) / 1000 <= round_trips_us
 
 
 def test_pending_gauge_counts_requests_waiting_in_the_queue(server: ServerProcess) -> None:

@@ -1,9 +1,11 @@
 """A real Prometheus scrapes conch every second while a paced, known load runs; its queries must agree.
 
-This is how the metrics are used: ``rate()`` over Triton's untyped counters, ``histogram_quantile()``
-over the latency buckets, and the average batch size from two counters. Prometheus runs as a
-subprocess with its configuration and storage under the test's temporary folder, and is stopped at
-module end even when a test fails.
+This is how the metrics are used: ``rate()`` over Triton's counters, ``histogram_quantile()`` over
+the latency buckets, and the average batch size from two counters. The counters are typed
+``counter`` under Triton's bare names (no ``_total``), in the text format 0.0.4 that conch serves
+although Prometheus asks for OpenMetrics first; the types Prometheus read are checked in its
+``/api/v1/metadata``. Prometheus runs as a subprocess with its configuration and storage under the
+test's temporary folder, and is stopped at module end even when a test fails.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.observability.statistics import LATENCY_BUCKETS_S
 from tests.fixtures.onnx_models import add_sub_model, write_repository
+from tests.integration.metrics_scrape import HISTOGRAMS, TRITON_COUNTERS
 from tests.integration.server_process import ServerProcess, free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -39,6 +42,13 @@ RATE = 20  # requests per second
 SECONDS = 7
 BAD_EVERY = 10  # every tenth request has a wrong shape: a 400, counted as REJECTED
 ROWS = 2
+GAUGES = (
+    "nv_inference_pending_request_count",
+    "conch_gpu_fallback_instances",
+    "nv_cpu_utilization",
+    "nv_cpu_memory_total_bytes",
+    "nv_cpu_memory_used_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,14 @@ class Prometheus:
         assert answer["data"]["resultType"] == "vector", answer
         result: list[dict[str, object]] = answer["data"]["result"]
         return result
+
+    def metadata(self) -> dict[str, list[dict[str, str]]]:
+        """``/api/v1/metadata``: each metric family's type, help and unit, as read from the scrapes."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/metadata", timeout=10) as r:
+            answer = json.load(r)
+        assert answer["status"] == "success", answer
+        metadata: dict[str, list[dict[str, str]]] = answer["data"]
+        return metadata
 
     def scalar(self, promql: str, at: float | None = None) -> float:
         """The value of a query that must return exactly one sample."""
@@ -196,6 +214,21 @@ def traffic(conch: ServerProcess, prometheus: Prometheus) -> Traffic:
 
 def test_prometheus_scrapes_conch(prometheus: Prometheus, traffic: Traffic) -> None:
     assert prometheus.scalar('up{job="conch"}') == 1
+
+
+def test_prometheus_reads_the_types_conch_declares(prometheus: Prometheus, traffic: Traffic) -> None:
+    metadata = prometheus.metadata()
+    expected = {
+        **dict.fromkeys(TRITON_COUNTERS, "counter"),
+        **dict.fromkeys(HISTOGRAMS, "histogram"),
+        **dict.fromkeys(GAUGES, "gauge"),
+        "process_cpu_seconds_total": "counter",  # prometheus_client's own counter keeps its suffix
+    }
+    for name, kind in expected.items():
+        assert [entry["type"] for entry in metadata.get(name, [])] == [kind], (name, metadata.get(name))
+    assert not any(f"{name}_total" in metadata for name in TRITON_COUNTERS)
+    # The samples are stored under the same bare names the metadata names.
+    assert prometheus.scalar(f'nv_inference_exec_count{{model="{MODEL}"}}') > 0
 
 
 def test_scraped_totals_equal_what_was_sent(prometheus: Prometheus, traffic: Traffic) -> None:
