@@ -24,6 +24,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def conch_command() -> str:
+    """The ``conch`` command that installing the package put beside this interpreter."""
+    return str(Path(sys.executable).with_name("conch"))
+
+
 @dataclass(frozen=True)
 class HttpReply:
     """A raw HTTP answer, for what tritonclient does not show: status codes, headers, error bodies."""
@@ -50,6 +55,8 @@ class ServerProcess:
     log_path: Path | None = None
     #: False: pass host and ports as CONCH_* environment variables instead of command-line flags.
     port_flags: bool = True
+    #: True: start the installed ``conch`` console script instead of ``python -m conch.cli.main``.
+    console_script: bool = False
 
     @property
     def http_url(self) -> str:
@@ -65,7 +72,8 @@ class ServerProcess:
 
     def start(self, log_dir: Path, timeout: float = 60.0) -> ServerProcess:
         """Start the server and wait until its HTTP port answers ``/v2/health/live``."""
-        command = [sys.executable, "-m", "conch.cli.main", "serve"]
+        command = [conch_command()] if self.console_script else [sys.executable, "-m", "conch.cli.main"]
+        command.append("serve")
         if self.repository is not None:
             command.append(str(self.repository))
         where = {

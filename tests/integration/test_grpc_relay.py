@@ -34,7 +34,8 @@ def test_relay_serves_gRPC_and_goes_away_with_the_server(tmp_path: Path) -> None
         statistics = client.get_inference_statistics("add-sub", as_json=True)["model_stats"][0]
         assert int(statistics["inference_count"]) == 1, "relayed calls are the model process's calls"
     finally:
-        assert server.stop() == 0
+        exit_code = server.stop()
+    assert exit_code == 0
     relay.wait(timeout=10)
     assert not relay.is_running()
 

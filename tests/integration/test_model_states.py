@@ -247,4 +247,5 @@ def test_conch_environment_variables_configure_the_server(repository: Path, tmp_
             assert metrics.status == 200
         socket.create_connection(("127.0.0.1", server.grpc_port), timeout=5).close()
     finally:
-        assert server.stop() == 0
+        exit_code = server.stop()
+    assert exit_code == 0
