@@ -15,11 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.server_process import ServerProcess
 
-pytestmark = pytest.mark.skipif(
-    "CUDAExecutionProvider" in onnxruntime.get_available_providers(),
-    reason="these tests describe a machine without the CUDA provider",
-)
-
 GPU_CONFIG = """
 name: "on-gpu"
 max_batch_size: 8
@@ -68,6 +63,10 @@ def gpu_fallback(server: ServerProcess) -> dict[str, float]:
     raise AssertionError("conch_gpu_fallback_instances is missing")
 
 
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in onnxruntime.get_available_providers(),
+    reason="describes a machine without the CUDA provider",
+)
 def test_a_gpu_model_without_cuda_serves_on_the_cpu_and_says_so(server: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
 
