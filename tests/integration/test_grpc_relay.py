@@ -40,6 +40,21 @@ def test_relay_serves_gRPC_and_goes_away_with_the_server(tmp_path: Path) -> None
     assert not relay.is_running()
 
 
+def test_conch_grpc_relay_variable_starts_the_relay(tmp_path: Path) -> None:
+    root = write_repository(tmp_path / "models", {"add-sub": (add_sub_model(), None)})
+    env = {"CONCH_GRPC_RELAY": "true"}
+    server = ServerProcess(root, env=env, console_script=True).start(tmp_path)
+    try:
+        relays = relay_processes(server)
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            result = client.infer("add-sub", add_sub_grpc_inputs(value=4))
+    finally:
+        exit_code = server.stop()
+    assert exit_code == 0
+    assert len(relays) == 1
+    assert result.as_numpy("OUTPUT0").tolist() == [[8.0] * 16]
+
+
 def test_a_taken_gRPC_port_is_one_clear_error(tmp_path: Path) -> None:
     root = write_repository(tmp_path / "models", {"add-sub": (add_sub_model(), None)})
     with socket.socket() as taken:
