@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
@@ -28,6 +28,7 @@ class Conversion:
     """An ONNX graph, the sample by graph input name, and the original's outputs by graph output name.
 
     ``references`` is empty for a model that arrived as ONNX: it is its own original.
+    ``column_inputs`` maps each DataFrame column that was renamed to its tensor name.
     """
 
     onnx_model: onnx.ModelProto
@@ -36,6 +37,7 @@ class Conversion:
     framework: dict[str, str]
     libraries: dict[str, str]
     feature_names: list[str] | None
+    column_inputs: dict[str, str] = field(default_factory=dict)
 
 
 def convert(model: Any, sample: Any) -> Conversion:

@@ -24,8 +24,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.backends.signature import ModelSignature
 from conch.core.errors import ConchError
+from conch.core.input_aliases import COLUMN_INPUTS_PARAMETER
 from conch.core.types import ExecutionTiming
 from conch.exporting.agreement import check_agreement
+from conch.exporting.column_names import column_inputs_json
 from conch.exporting.conversion import Conversion, convert
 from conch.exporting.errors import ConfigRewrittenWarning, ExportError
 from conch.exporting.model_config import ConfigPlan, config_text, plan_config
@@ -83,6 +85,8 @@ def export(
     try:
         signature, feeds = _check_on_sample(conversion, staging.version_dir / DEFAULT_MODEL_FILENAME)
         plan = plan_config(model_dir, name, signature, max_batch_size)
+        if plan.write and conversion.column_inputs:
+            _record_column_inputs(plan.config, conversion.column_inputs)
         _report_config(plan, model_dir)
         if plan.write:
             add_warmup(plan.config, feeds, staging.root)
@@ -157,6 +161,15 @@ def _check_on_sample(
     return signature, feeds
 
 
+def _record_column_inputs(config: mc.ModelConfig, column_inputs: dict[str, str]) -> None:
+    # A client reads it from /v2/models/{m}/config; the server accepts the columns' names with it.
+    config.parameters[COLUMN_INPUTS_PARAMETER].string_value = column_inputs_json(column_inputs)
+    log.info(
+        "columns renamed to tensor names (kept in metadata.json and the config's parameters): %s",
+        ", ".join(f"'{column}' -> '{name}'" for column, name in column_inputs.items()),
+    )
+
+
 def _report_config(plan: ConfigPlan, model_dir: Path) -> None:
     if plan.replaced_because is not None:
         older = version_folders(model_dir)
@@ -189,6 +202,7 @@ def _version_metadata(
         inputs=_schema(config.input, batching),
         outputs=_schema(config.output, batching),
         feature_names=conversion.feature_names,
+        column_inputs=conversion.column_inputs,
         training_data_version=training_data_version,
         extra=extra,
         files=version_file_checksums(version_dir),

@@ -1,7 +1,8 @@
 """Samples as named arrays: what a notebook hands to ``export``, and what ONNX Runtime is fed.
 
 A sample is a 2-D numpy array (one model input), a pandas DataFrame (one input per column, named by
-the column, as a ``[-1, 1]`` tensor), or a mapping of input name to array (an ``.npz`` file). Whatever
+the column, as a ``[-1, 1]`` tensor; ``conch.exporting.column_names`` renames the columns whose names
+are not tensor names), or a mapping of input name to array (an ``.npz`` file). Whatever
 the framework, the exported graph's own signature decides the dtype each array is fed as, so the
 check against the original and the warm-up file see exactly what a client would send.
 
@@ -24,6 +25,8 @@ from conch.exporting.errors import ExportError
 
 #: Input name given to a sample that is one array.
 SINGLE_INPUT = "input"
+#: pandas dtypes (besides dates, durations and complex numbers) with no ONNX tensor type.
+_UNTENSORABLE_DTYPES = ("PeriodDtype", "IntervalDtype")
 
 
 def is_data_frame(sample: Any) -> bool:
@@ -33,20 +36,45 @@ def is_data_frame(sample: Any) -> bool:
 
 
 def frame_columns(frame: Any) -> dict[str, np.ndarray]:
-    """One ``[rows, 1]`` array per DataFrame column: numbers as numbers, anything else as text."""
+    """One ``[rows, 1]`` array per DataFrame column, keyed by the column's name as text.
+
+    numpy integers stay integers. Other numbers, booleans and pandas' nullable dtypes (``Int64``,
+    ``boolean``) become floats with NaN for a missing value, whether or not the sample happens to
+    miss one, so a column's tensor type depends on its dtype alone. A ``category`` column is its
+    categories' kind (numbers or text); ``string`` and ``object`` columns are text. Dates, durations
+    and complex numbers have no ONNX tensor type a pipeline could take, so they are refused by name.
+    """
     from pandas.api import types
 
+    names = [str(name) for name in frame.columns]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ExportError(
+            f"the sample has more than one column named {repeated}; give each column its own name"
+        )
     columns = {}
-    for name in frame.columns:
-        series = frame[name]
-        if types.is_integer_dtype(series.dtype) and not series.hasnans:
-            values = series.to_numpy(dtype=np.int64)
-        elif types.is_numeric_dtype(series.dtype):
-            values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-        else:
-            values = _text_array(series.tolist())
-        columns[str(name)] = values.reshape(-1, 1)
+    for position, name in enumerate(names):
+        series = frame.iloc[:, position]
+        dtype = series.dtype
+        if isinstance(dtype, types.CategoricalDtype):
+            series = series.astype(dtype.categories.dtype if len(dtype.categories) else object)
+            dtype = series.dtype
+        columns[name] = _column_values(name, series, dtype, types).reshape(-1, 1)
     return columns
+
+
+def _column_values(name: str, series: Any, dtype: Any, types: Any) -> np.ndarray:
+    if dtype.kind in "mMc" or type(dtype).__name__ in _UNTENSORABLE_DTYPES:
+        raise ExportError(
+            f"column '{name}' is {dtype}, which an ONNX model cannot take; convert it in the frame "
+            "before fitting, for example to numbers (Unix seconds: frame[col].astype('int64') // 10**9, "
+            "or date parts such as .dt.dayofweek), then export the pipeline fitted on that frame"
+        )
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return series.to_numpy(dtype=np.int64)
+    if types.is_numeric_dtype(dtype) or types.is_bool_dtype(dtype):
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    return _text_array(series.tolist())
 
 
 def mapping_frame(sample: Mapping[str, Any]) -> Any:

@@ -1,8 +1,10 @@
 """scikit-learn estimators and pipelines to ONNX with skl2onnx, probabilities as a tensor.
 
 A DataFrame sample gives one graph input per column, named by the column, which is how skl2onnx maps a
-ColumnTransformer's column selections onto the graph. Floating and boolean columns become FP32 (what
-servers and clients use), integers INT64, anything else BYTES. The original is then asked what it
+ColumnTransformer's column selections onto the graph; the graph's inputs are then renamed to the
+columns' tensor names (``column_names``), since skl2onnx cleans awkward names by rules of its own.
+Floating, boolean and nullable columns become FP32 (what servers and clients use), numpy integers
+INT64, anything else BYTES. The original is then asked what it
 computes on the sample exactly as the notebook gave it: ``predict`` for the first output and, for a
 classifier that has it, ``predict_proba`` for the second.
 
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from conch.exporting.agreement import Reference
+from conch.exporting.column_names import rename_graph_inputs, renamed, tensor_names
 from conch.exporting.conversion import Conversion, class_name, library_versions
 from conch.exporting.errors import ExportError
 from conch.exporting.samples import SINGLE_INPUT, frame_columns, is_data_frame, mapping_frame
@@ -38,12 +41,19 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
     if isinstance(sample, Mapping):
         sample = mapping_frame(sample)
     inputs, feature_names = _inputs(model, sample)
+    _check_no_dropped_columns(model)
     initial_types = [(name, _tensor_type(array)) for name, array in inputs.items()]
     options = {id(model): {"zipmap": False}} if is_classifier(model) else None
     try:
         onnx_model = to_onnx(model, initial_types=initial_types, options=options)
     except Exception as exc:  # skl2onnx raises whatever its converters raise: a message is all we have
         raise ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
+    column_inputs: dict[str, str] = {}
+    if is_data_frame(sample):
+        names = tensor_names(inputs)
+        _name_graph_inputs(onnx_model, list(names.values()))
+        inputs = {names[column]: values for column, values in inputs.items()}
+        column_inputs = renamed(names)
     outputs = [output.name for output in onnx_model.graph.output]
     return Conversion(
         onnx_model=onnx_model,
@@ -52,7 +62,52 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
         framework={"name": "scikit-learn", "version": sklearn.__version__, "model_class": class_name(model)},
         libraries=library_versions("scikit-learn", "skl2onnx"),
         feature_names=feature_names,
+        column_inputs=column_inputs,
     )
+
+
+def _check_no_dropped_columns(model: Any) -> None:
+    """Refuse, by column, a SimpleImputer that dropped columns empty at fit time.
+
+    skl2onnx converts such an imputer as if it kept every column, and the conversion then fails deep
+    inside with a shape mismatch that names no column.
+    """
+    from sklearn.impute import SimpleImputer
+
+    for part in _fitted_parts(model):
+        if not isinstance(part, SimpleImputer) or part.keep_empty_features:
+            continue
+        statistics = np.asarray(getattr(part, "statistics_", []))
+        if statistics.dtype.kind != "f" or not np.isnan(statistics).any():
+            continue
+        names = getattr(part, "feature_names_in_", None)
+        dropped = np.flatnonzero(np.isnan(statistics))
+        columns = [str(names[i]) for i in dropped] if names is not None else [f"#{i}" for i in dropped]
+        raise ExportError(
+            f"column(s) {columns} held no values when the pipeline was fitted, so SimpleImputer dropped "
+            "them, which skl2onnx cannot convert: drop the column(s) from the frame before fitting, or "
+            "fit SimpleImputer(keep_empty_features=True)"
+        )
+
+
+def _fitted_parts(estimator: Any) -> Any:
+    # The fitted steps: a ColumnTransformer's are clones in transformers_, not its constructor's.
+    yield estimator
+    for attribute in ("steps", "transformers_", "transformer_list"):
+        for entry in getattr(estimator, attribute, None) or []:
+            if hasattr(entry[1], "get_params"):
+                yield from _fitted_parts(entry[1])
+
+
+def _name_graph_inputs(onnx_model: Any, names: list[str]) -> None:
+    # skl2onnx declares one graph input per initial type, in their order, under a name of its own.
+    declared = [graph_input.name for graph_input in onnx_model.graph.input]
+    if len(declared) != len(names):
+        raise ExportError(
+            f"skl2onnx made {len(declared)} graph inputs for {len(names)} columns; export the pipeline "
+            "with a 2-D array sample instead"
+        )
+    rename_graph_inputs(onnx_model, dict(zip(declared, names, strict=True)))
 
 
 def _inputs(model: Any, sample: Any) -> tuple[dict[str, np.ndarray], list[str] | None]:

@@ -55,6 +55,8 @@ class ModelMetadata:
     inputs: list[TensorSchema]
     outputs: list[TensorSchema]
     feature_names: list[str] | None = None
+    #: DataFrame columns whose tensor name differs from the column's (``conch.exporting.column_names``).
+    column_inputs: dict[str, str] = field(default_factory=dict)
     training_data_version: str | None = None
     package_version: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +95,7 @@ class ModelMetadata:
                 inputs=_tensors(body, "inputs"),
                 outputs=_tensors(body, "outputs"),
                 feature_names=_optional(body, "feature_names", list),
+                column_inputs=_optional(body, "column_inputs", dict) or {},
                 training_data_version=_optional(body, "training_data_version", str),
                 package_version=_optional(body, "package_version", str),
                 extra=_optional(body, "extra", dict) or {},
