@@ -43,7 +43,7 @@ def test_the_guide_has_the_whole_walk_through() -> None:
     commands = [s.text.split()[:2] for s in guide_steps(GUIDE.read_text()) if s.kind == "command"]
 
     assert [c[1] for c in commands] == ["validate", "package", "install", "serve"]
-    assert sum(s.kind == "python" for s in guide_steps(GUIDE.read_text())) == 2
+    assert sum(s.kind == "python" for s in guide_steps(GUIDE.read_text())) == 3
 
 
 def test_every_command_of_the_guide_runs(tmp_path: Path) -> None:
@@ -67,11 +67,17 @@ def test_every_command_of_the_guide_runs(tmp_path: Path) -> None:
         (tmp_path / "guide-transcript.txt").write_text("\n\n".join(transcript) + "\n")
         print("\n\n".join(transcript))
 
-    assert "label:" in final_output
-    probabilities = re.search(r"probabilities: \[\[([\d.e-]+) ([\d.e-]+)\]\]", final_output)
-    assert probabilities is not None, final_output
-    assert abs(float(probabilities[1]) + float(probabilities[2]) - 1) < 1e-5
-    assert (tmp_path / "production" / "credit-risk" / "1" / "model.onnx").is_file()
+    frame_answers = transcript[-2]
+    header = r"label\s+probabilities_0\s+probabilities_1\s+probabilities_2"
+    assert re.search(header, frame_answers), frame_answers
+    assert len(re.findall(r"^\d+\s+[012]\s+[\d.]+\s+[\d.]+\s+[\d.]+$", frame_answers, re.MULTILINE)) == 5
+    labels = re.search(r"label: \[([012]) ([012])\]", final_output)
+    assert labels is not None, final_output
+    rows = re.findall(r"\[\s*([\d.e-]+)\s+([\d.e-]+)\s+([\d.e-]+)\s*\]", final_output)
+    assert len(rows) == 2, final_output
+    for row in rows:
+        assert abs(sum(map(float, row)) - 1) < 2e-3
+    assert (tmp_path / "production" / "wine" / "1" / "model.onnx").is_file()
 
 
 def _run(step: Step, text: str, folder: Path) -> str:
