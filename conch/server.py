@@ -56,6 +56,22 @@ class InferenceServer:
         """Started, and (with strict readiness) every model of the repository READY."""
         return self.started and (not self.options.strict_readiness or self.repository.all_ready)
 
+    def not_ready_reason(self) -> str:
+        """Why :meth:`ready` is false, for the 503 of ``/v2/health/ready``: which models, and the way out.
+
+        An orchestrator's probe only reads the status; the text is for the person wondering why a
+        server that answers inferences is never ready.
+        """
+        if not self.started:
+            return "server is not ready: it is starting or stopping"
+        waiting = self.repository.not_ready()
+        return (
+            f"server is not ready: models not READY: {'; '.join(waiting)}. "
+            "Strict readiness, as in Triton, needs every model READY; start conch serve with "
+            "--strict-readiness false to be ready while some models are not. The repository index "
+            "gives each model's full reason"
+        )
+
     def metadata(self) -> dict[str, Any]:
         return {"name": self.name, "version": __version__, "extensions": EXTENSIONS}
 
@@ -122,7 +138,7 @@ class InferenceServer:
         stats.pending += 1
         self.in_flight.enter()
         try:
-            inputs, output_names = validate_request(request, served.config)
+            inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
             scheduled = ScheduledRequest(
                 inputs,
                 output_names,

@@ -122,6 +122,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
     except RelayStartError as exc:
         raise ServeError(str(exc)) from None
+    log.debug("serve settings: %s", settings)
+    log.info("loading model repository %s", settings.repository)
     try:
         repository.load_all()
     except BaseException:

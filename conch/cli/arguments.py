@@ -4,7 +4,11 @@ a message that says what was expected."""
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
+
+#: Python's level names, which ``--log-level`` takes in any case.
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -29,3 +33,19 @@ def boolean(text: str) -> bool:
     if text.lower() in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def log_level(text: str) -> int:
+    """One of :data:`LOG_LEVELS`, in any case, as its ``logging`` number; ``verbose`` is ``debug``.
+
+    ``verbose`` is accepted because a Triton user reaches for it (Triton's ``--log-verbose``), and the
+    most detail conch logs is ``debug``.
+    """
+    name = text.strip().lower()
+    if name == "verbose":
+        name = "debug"
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(LOG_LEVELS)} (or verbose, which is debug), got '{text}'"
+        )
+    return int(logging.getLevelNamesMapping()[name.upper()])

@@ -1,4 +1,5 @@
-"""``conch serve [REPO]`` and the model toolchain (``export``, ``validate``, ``package``, ``install``).
+"""``conch serve [REPO]``, the model toolchain (``export``, ``validate``, ``package``, ``install``) and
+``conch docs``.
 
 Every ``serve`` flag can also be set as a ``CONCH_*`` environment variable. Each toolchain command lives
 in its own ``conch/cli/<name>_command.py`` with ``add_parser(commands)``, which registers the
@@ -17,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.cli.arguments import at_least, boolean
+from conch.cli.arguments import LOG_LEVELS, at_least, boolean, log_level
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 
-TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install")
+TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "docs")
 
 
 def _setting(
@@ -37,28 +38,55 @@ def _setting(
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
 
+SERVE_DESCRIPTION = (
+    "Serve the models of a Triton-style model repository (a folder of <model>/config.pbtxt and "
+    "<model>/<version>/model.onnx) over the KServe V2 protocol: HTTP/REST on --http-port (8000), gRPC on "
+    "--grpc-port (8001) and Prometheus metrics on --metrics-port (8002), Triton's ports. Every flag can "
+    "also be set by the CONCH_* environment variable shown beside it; a flag wins over its variable. "
+    "Guides: conch docs (flags in depth: conch docs configuration)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="conch", description="A Triton-compatible model server.")
+    parser = argparse.ArgumentParser(
+        prog="conch", description="A Triton-compatible model server. Guides: conch docs."
+    )
     parser.add_argument("--version", action="version", version=f"conch {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
+    serve = commands.add_parser(
+        "serve", help="serve a model repository over HTTP and gRPC", description=SERVE_DESCRIPTION
+    )
     serve.add_argument(
         "repository",
         nargs="?",
         default=os.environ.get("CONCH_REPOSITORY", ""),
         help="model repository folder (CONCH_REPOSITORY); default: the bundled example repository",
     )
-    _setting(serve, "--host", str, "0.0.0.0", "address to bind")
-    _setting(serve, "--http-port", at_least(0), "8000", "")
-    _setting(serve, "--grpc-port", at_least(0), "8001", "")
-    _setting(serve, "--metrics-port", at_least(0), "8002", "")
-    _setting(serve, "--strict-readiness", boolean, "true", "ready only when every model is READY, as Triton")
+    _setting(serve, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
+    _setting(
+        serve,
+        "--http-port",
+        at_least(0),
+        "8000",
+        "port of the HTTP/REST API (KServe V2, Triton's extensions)",
+    )
+    _setting(
+        serve, "--grpc-port", at_least(0), "8001", "port of the gRPC API (KServe V2 GRPCInferenceService)"
+    )
+    _setting(serve, "--metrics-port", at_least(0), "8002", "port of the Prometheus metrics, at /metrics")
+    _setting(
+        serve,
+        "--strict-readiness",
+        boolean,
+        "true",
+        "ready only when every model is READY, as Triton; false: ready once the server has started",
+    )
     _setting(
         serve,
         "--default-max-batch-size",
         at_least(0),
         "4",
-        "max_batch_size given to auto-completed batching models",
+        "max_batch_size given to batching models whose config.pbtxt does not set it (auto-complete)",
     )
     _setting(
         serve,
@@ -74,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         boolean,
         "false",
         "serve gRPC from a separate relay process, which takes gRPC's per-call work off the model process; "
-        "a lone call pays one more hop, and on 2 cores it was no faster under load (see docs/tuning.md); "
+        "a lone call pays one more hop, and on 2 cores it was no faster under load (see conch docs tuning); "
         "one process only, not with --workers",
     )
     _setting(
@@ -83,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         at_least(0),
         "1000",
         "microseconds the event loop keeps polling after the last request in the server is answered, so "
-        "that a client's next request is read without a thread wake-up; 0 turns it off (see docs/tuning.md)",
+        "that a client's next request is read without a thread wake-up; 0 turns it off "
+        "(see conch docs tuning)",
     )
     _setting(
         serve,
@@ -91,9 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
         at_least(0),
         str(DEFAULT_ACCEPTORS),
         "gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a time, as "
-        "grpc.aio does (see docs/tuning.md)",
+        "grpc.aio does (see conch docs tuning)",
     )
-    _setting(serve, "--log-level", str, "info", "")
+    _setting(
+        serve,
+        "--log-level",
+        log_level,
+        "info",
+        f"how much the server logs: {', '.join(LOG_LEVELS)}, in any case; verbose is debug",
+    )
+    _setting(
+        serve,
+        "--log-verbose",
+        at_least(0),
+        "0",
+        "Triton's verbose logging: any N above 0 logs at debug level, whatever --log-level says",
+    )
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -105,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_code: int = args.run(args)
         return exit_code
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=logging.DEBUG if args.log_verbose > 0 else args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -18,7 +18,7 @@ def add_parser(commands: Any) -> None:
         "validate",
         help="check a model folder or repository: config, graph, warm-up, determinism, batch invariance",
         description="Check a model folder (config.pbtxt and/or numeric version folders) or a repository "
-        "of them. Exit 0: no errors; 1: errors; 2: usage error. Finding codes: docs/validation.md.",
+        "of them. Exit 0: no errors; 1: errors; 2: usage error. Finding codes: conch docs validation.",
     )
     parser.add_argument("path", type=Path, help="a model folder or a model repository")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")

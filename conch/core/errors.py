@@ -6,7 +6,9 @@ filesystem paths or stack traces.
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Iterable
 
 
 class ErrorKind(enum.Enum):
@@ -55,3 +57,15 @@ class InternalError(ConchError):
     """The server failed while computing the answer (HTTP 500)."""
 
     kind = ErrorKind.INTERNAL
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'iris-pipeline'?"`` when ``known`` has names close to ``name``, else ``""``.
+
+    A typo is the likeliest reason a name is unknown, and the closest names are the fix; every
+    unknown-name message (model, input, output) ends with this same suffix.
+    """
+    close = difflib.get_close_matches(name, list(known), n=3)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(f"'{each}'" for each in close) + "?"

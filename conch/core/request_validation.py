@@ -12,40 +12,51 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import InvalidArgumentError, did_you_mean
+from conch.core.input_aliases import input_aliases
 from conch.core.types import InferenceRequest
 
 
 def validate_request(
-    request: InferenceRequest, config: mc.ModelConfig
+    request: InferenceRequest, config: mc.ModelConfig, max_batch_size_completed: bool = False
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The request's inputs by name and the output names to compute, once they fit ``config``."""
+    """The request's inputs by name and the output names to compute, once they fit ``config``.
+
+    ``max_batch_size_completed`` says the server chose ``max_batch_size`` (auto-complete) rather than
+    ``config.pbtxt``, so a batch over it is told to raise ``--default-max-batch-size`` instead.
+    """
     model = config.name
     expected = {entry.name: entry for entry in config.input}
     inputs: dict[str, np.ndarray] = {}
     for tensor in request.inputs:
-        entry = expected.get(tensor.name)
+        name = tensor.name
+        entry = expected.get(name)
+        if entry is None:  # perhaps the DataFrame column export renamed
+            name = input_aliases(config).get(name, name)
+            entry = expected.get(name)
         if entry is None:
             raise InvalidArgumentError(
                 f"unexpected inference input '{tensor.name}' for model '{model}'; "
-                f"its inputs are {sorted(expected)}"
+                f"its inputs are {sorted(expected)}{did_you_mean(tensor.name, expected)}"
             )
-        if tensor.name in inputs:
-            raise InvalidArgumentError(f"input '{tensor.name}' is given more than once")
+        if name in inputs:
+            raise InvalidArgumentError(f"input '{name}' is given more than once")
         want = datatypes.from_config_type(entry.data_type).name
         if tensor.datatype != want:
             raise InvalidArgumentError(
                 f"input '{tensor.name}' has datatype {tensor.datatype} but model '{model}' expects {want}"
             )
-        inputs[tensor.name] = tensor.data
+        inputs[name] = tensor.data
     missing = [name for name, entry in expected.items() if name not in inputs and not entry.optional]
     if missing:
         raise InvalidArgumentError(f"model '{model}' expects input(s) {missing} that the request lacks")
-    _check_shapes(inputs, config)
+    _check_shapes(inputs, config, max_batch_size_completed)
     return inputs, _output_names(request, config)
 
 
-def _check_shapes(inputs: dict[str, np.ndarray], config: mc.ModelConfig) -> None:
+def _check_shapes(
+    inputs: dict[str, np.ndarray], config: mc.ModelConfig, max_batch_size_completed: bool
+) -> None:
     batching = config.max_batch_size > 0
     batch_sizes = set()
     for entry in config.input:
@@ -62,8 +73,7 @@ def _check_shapes(inputs: dict[str, np.ndarray], config: mc.ModelConfig) -> None
                 )
             if shape[0] > config.max_batch_size:
                 raise InvalidArgumentError(
-                    f"input '{entry.name}' has batch size {shape[0]} but model '{config.name}' allows at "
-                    f"most {config.max_batch_size} (max_batch_size)"
+                    _batch_too_large(config, entry.name, shape[0], max_batch_size_completed)
                 )
             batch_sizes.add(shape[0])
             shape = shape[1:]
@@ -78,6 +88,27 @@ def _check_shapes(inputs: dict[str, np.ndarray], config: mc.ModelConfig) -> None
         )
 
 
+def _batch_too_large(config: mc.ModelConfig, input_name: str, rows: int, completed: bool) -> str:
+    """Triton's words, then where the limit comes from and how to raise it."""
+    limit = config.max_batch_size
+    if completed:
+        origin = (
+            "the server's --default-max-batch-size, as the model's config.pbtxt does not set max_batch_size; "
+            f"send at most {limit} rows per request, or set max_batch_size in config.pbtxt, or restart "
+            "conch serve with a larger --default-max-batch-size"
+        )
+    else:
+        origin = (
+            "max_batch_size in the model's config.pbtxt (for a model made by conch export, its "
+            f"max_batch_size= argument); send at most {limit} rows per request, or raise max_batch_size "
+            "and restart the server"
+        )
+    return (
+        f"inference request batch-size must be <= {limit} for '{config.name}': input '{input_name}' has "
+        f"batch size {rows}. The limit is {origin}"
+    )
+
+
 def _dims_match(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
@@ -86,12 +117,18 @@ def _output_names(request: InferenceRequest, config: mc.ModelConfig) -> list[str
     known = [entry.name for entry in config.output]
     if not request.outputs:
         return known
-    names = []
+    names: list[str] = []
     for output in request.outputs:
         if output.name not in known:
             raise InvalidArgumentError(
                 f"unexpected inference output '{output.name}' for model '{config.name}'; "
-                f"its outputs are {known}"
+                f"its outputs are {known}{did_you_mean(output.name, known)}"
+            )
+        if output.name in names:
+            # Triton refuses it too: each output is computed once and answered once.
+            raise InvalidArgumentError(
+                f"output '{output.name}' already requested; name each output of model '{config.name}' "
+                "once in 'outputs'"
             )
         names.append(output.name)
     return names

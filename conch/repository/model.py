@@ -30,6 +30,8 @@ class ModelVersion:
     reason: str = ""
     scheduler: Scheduler | None = None
     statistics: ModelStatistics = field(init=False)
+    #: The server chose ``max_batch_size`` (``--default-max-batch-size``); ``config.pbtxt`` did not set it.
+    max_batch_size_completed: bool = False
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.name, str(self.version))
@@ -66,7 +68,11 @@ class Model:
             raise InvalidArgumentError(f"model version '{version}' is not a number")
         found = self.versions.get(int(version))
         if found is None:
-            raise NotFoundError(f"model '{self.name}' has no version {version}")
+            served = ", ".join(str(number) for number in sorted(self.versions)) or "none"
+            raise NotFoundError(
+                f"Request for unknown model: '{self.name}' version {int(version)} is not found; "
+                f"its served versions are {served}"
+            )
         return found
 
     def ready_version(self, version: str) -> ModelVersion:

@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
 from conch.backends.placement import instance_placements
-from conch.core.errors import ConchError, NotFoundError
+from conch.core.errors import ConchError, NotFoundError, did_you_mean
 from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.model import Model, ModelState, ModelVersion
@@ -46,16 +46,40 @@ class ModelRepository:
 
     def load_all(self) -> None:
         """Load every model folder; failures are recorded on the model, not raised."""
-        for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        folders = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not folders:
+            # Served as it is (an empty index, and ready), but someone pointed the server at the wrong
+            # folder far more often than they meant to serve nothing.
+            log.warning(
+                "model repository %s has no model folders, so no model is served; a model is a folder "
+                "<name>/ holding config.pbtxt and/or numeric version folders such as <name>/1/model.onnx",
+                self.root,
+            )
+        for folder in folders:
             log.info("loading model '%s'", folder.name)
             self.models[folder.name] = self._load_model(folder)
 
     def model(self, name: str) -> Model:
-        """The model called ``name``, or a 404."""
+        """The model called ``name``, or a 404 in Triton's words with the closest served names."""
         found = self.models.get(name)
         if found is None:
-            raise NotFoundError(f"unknown model '{name}'")
+            raise NotFoundError(
+                f"Request for unknown model: '{name}' is not found{did_you_mean(name, self.models)}"
+            )
         return found
+
+    def not_ready(self) -> list[str]:
+        """Each model or version that is not READY, with its reason in brief: ``'x' version 1 (why)``."""
+        lines = []
+        for name, model in sorted(self.models.items()):
+            if not model.versions:
+                lines.append(f"'{name}' ({_brief(model.reason or 'no version')})")
+            lines += [
+                f"'{name}' version {number} ({_brief(version.reason or version.state.value)})"
+                for number, version in sorted(model.versions.items())
+                if not version.ready
+            ]
+        return lines
 
     @property
     def all_ready(self) -> bool:
@@ -121,6 +145,7 @@ class ModelRepository:
         config = mc.ModelConfig()
         config.CopyFrom(base)
         version = ModelVersion(folder.name, number, config)
+        version.max_batch_size_completed = "max_batch_size" not in fields
         model_file = folder / str(number) / config.default_model_filename
         try:
             if not model_file.is_file():
@@ -158,3 +183,14 @@ class ModelRepository:
             )
         log.info("model '%s' version %d is READY (%s)", folder.name, number, ", ".join(map(str, placements)))
         return version
+
+
+#: Characters of a load failure that a one-line summary keeps; the repository index has the whole reason.
+BRIEF_REASON_CHARS = 160
+
+
+def _brief(reason: str) -> str:
+    first_line = reason.splitlines()[0] if reason else reason
+    if len(first_line) <= BRIEF_REASON_CHARS:
+        return first_line
+    return first_line[: BRIEF_REASON_CHARS - 1].rstrip() + "…"

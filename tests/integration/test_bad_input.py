@@ -166,6 +166,12 @@ HTTP_CASES = [
     HttpCase("unknown-input", infer_body(fp32_input("WRONG")), 400, "WRONG"),
     HttpCase("unknown-output", infer_body(fp32_input(), outputs=[{"name": "NOPE"}]), 400, "NOPE"),
     HttpCase(
+        "duplicate-output",
+        infer_body(fp32_input(), outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]),
+        400,
+        "output 'OUTPUT0' already requested",
+    ),
+    HttpCase(
         "wrong-datatype",
         infer_body({**fp32_input(), "datatype": "INT32", "data": [1, 2, 3, 4]}),
         400,
@@ -254,6 +260,13 @@ def with_unknown_output() -> service_pb2.ModelInferRequest:
     return request
 
 
+def with_duplicate_output() -> service_pb2.ModelInferRequest:
+    request = grpc_request()
+    request.outputs.add(name="OUTPUT0")
+    request.outputs.add(name="OUTPUT0")
+    return request
+
+
 @dataclass
 class GrpcCase:
     """One bad ``ModelInfer`` request, the status code it must get and a word its message must contain."""
@@ -273,6 +286,7 @@ GRPC_CASES = [
     GrpcCase("missing-input", grpc_request("simple", shape=[1, 16], raw=bytes(64)), INVALID, "INPUT1"),
     GrpcCase("unknown-input", grpc_request(name="WRONG"), INVALID, "WRONG"),
     GrpcCase("unknown-output", with_unknown_output(), INVALID, "NOPE"),
+    GrpcCase("duplicate-output", with_duplicate_output(), INVALID, "output 'OUTPUT0' already requested"),
     GrpcCase("wrong-datatype", grpc_request(datatype="INT32"), INVALID, "INT32"),
     GrpcCase("unknown-datatype", grpc_request(datatype="FP8"), INVALID, "FP8"),
     GrpcCase("wrong-shape", grpc_request(shape=[1, 5], raw=bytes(20)), INVALID, "INPUT0"),

@@ -28,6 +28,12 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
         (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
         (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
         (["--workers", "2", "--grpc-relay", "true"], "--grpc-relay serves one process"),
+        (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0, got -1"),
+        (
+            ["--log-level", "loud"],
+            "argument --log-level: expected one of debug, info, warning, error, critical (or verbose, "
+            "which is debug), got 'loud'",
+        ),
     ],
 )
 def test_an_impossible_flag_is_refused(flags: list[str], message: str) -> None:
@@ -42,3 +48,11 @@ def test_an_impossible_environment_value_is_refused_as_its_flag_would_be() -> No
 
     assert done.returncode == 2
     assert "argument --grpc-acceptors: must be at least 0, got -3" in done.stderr
+
+
+def test_an_unknown_log_level_in_the_environment_is_refused_as_its_flag_would_be() -> None:
+    done = serve([], {"CONCH_LOG_LEVEL": "chatty"})
+
+    assert done.returncode == 2
+    assert "argument --log-level: expected one of debug, info, warning, error, critical" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -98,8 +98,19 @@ def test_a_version_that_is_not_onnx_is_unavailable_alone(repository: ModelReposi
 
 
 def test_unknown_model_is_not_found(repository: ModelRepository) -> None:
-    with pytest.raises(NotFoundError, match="unknown model 'resnet'"):
-        repository.model("resnet")
+    with pytest.raises(NotFoundError, match=r"^Request for unknown model: 'bert' is not found$"):
+        repository.model("bert")
+
+
+def test_unknown_model_suggests_the_closest_served_names(repository: ModelRepository) -> None:
+    close = next(iter(repository.models))
+    typo = close[:-1]
+
+    with pytest.raises(NotFoundError) as caught:
+        repository.model(typo)
+
+    assert caught.value.message.startswith(f"Request for unknown model: '{typo}' is not found; did you mean")
+    assert f"'{close}'" in caught.value.message
 
 
 def test_index_has_one_entry_per_version_or_per_failed_model(repository: ModelRepository) -> None:

@@ -70,7 +70,10 @@ def test_optional_input_may_be_given() -> None:
 def test_unknown_input() -> None:
     extra = Tensor("imgae", "FP32", np.zeros((2, 4), dtype=np.float32))
 
-    with pytest.raises(InvalidArgumentError, match=r"unexpected inference input 'imgae' for model 'tagger'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"unexpected inference input 'imgae' for model 'tagger'; .*; did you mean 'image'\?$",
+    ):
         validate_request(request(image(), ids(), extra), CONFIG)
 
 
@@ -103,9 +106,27 @@ def test_wrong_shape(shape: tuple[int, ...]) -> None:
         validate_request(request(wrong, ids(batch=shape[0])), CONFIG)
 
 
-def test_batch_above_max_batch_size() -> None:
-    with pytest.raises(InvalidArgumentError, match="batch size 9 but model 'tagger' allows at most 8"):
+def test_batch_above_max_batch_size_names_config_pbtxt_and_export() -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
         validate_request(request(image(batch=9), ids(batch=9)), CONFIG)
+
+    message = caught.value.message
+    assert message.startswith(
+        "inference request batch-size must be <= 8 for 'tagger': input 'image' has batch size 9."
+    )
+    assert "max_batch_size in the model's config.pbtxt" in message
+    assert "max_batch_size= argument" in message
+    assert "--default-max-batch-size" not in message
+
+
+def test_batch_above_an_auto_completed_max_batch_size_names_the_server_flag() -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        validate_request(request(image(batch=9), ids(batch=9)), CONFIG, max_batch_size_completed=True)
+
+    message = caught.value.message
+    assert message.startswith("inference request batch-size must be <= 8 for 'tagger'")
+    assert "the server's --default-max-batch-size" in message
+    assert "config.pbtxt does not set max_batch_size" in message
 
 
 def test_empty_batch() -> None:
@@ -123,6 +144,16 @@ def test_unknown_requested_output() -> None:
         InvalidArgumentError, match=r"unexpected inference output 'probs'.* \['scores', 'labels'\]"
     ):
         validate_request(request(image(), ids(), outputs=("probs",)), CONFIG)
+
+
+def test_unknown_requested_output_suggests_the_closest() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"did you mean 'scores'\?$"):
+        validate_request(request(image(), ids(), outputs=("score",)), CONFIG)
+
+
+def test_an_output_requested_twice_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="output 'labels' already requested; name each output"):
+        validate_request(request(image(), ids(), outputs=("labels", "scores", "labels")), CONFIG)
 
 
 def test_model_without_batching_checks_the_full_shape() -> None:

@@ -60,9 +60,12 @@ class HttpFrontend:
         if not route:
             return _get_json(method, self.server.metadata)
         if route[0] == "health" and len(route) == 2 and route[1] in ("live", "ready"):
-            ok = self.server.live() if route[1] == "live" else self.server.ready()
             _require(method, "GET")
-            return (200, b"", []) if ok else _error(_NOT_READY, f"server is not {route[1]}")
+            if route[1] == "live":
+                return (200, b"", []) if self.server.live() else _error(_NOT_READY, "server is not live")
+            return (
+                (200, b"", []) if self.server.ready() else _error(_NOT_READY, self.server.not_ready_reason())
+            )
         if route == ["repository", "index"]:
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
