@@ -3,8 +3,10 @@
 # and a naive server on this machine (~10 minutes; see bench/README.md; BENCH_ARGS="--quick" etc.).
 PYTHON ?= python3
 VENV := .venv
+# Serving needs the runtime dependencies only: the bundled models are ONNX files already built.
 STAMP := $(VENV)/.installed
-# The tests also need the optional torch extra (torch==2.13.0, a CPU build from this machine's disk).
+# The tests add the test tools, the exporters' libraries (scikit-learn, skl2onnx, pandas) and the
+# optional torch extra (torch==2.13.0, a CPU build from this machine's disk).
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: serve test lint bench clean
@@ -12,7 +14,7 @@ TEST_STAMP := $(VENV)/.installed-test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
@@ -27,7 +29,7 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 

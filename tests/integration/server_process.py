@@ -57,6 +57,8 @@ class ServerProcess:
     port_flags: bool = True
     #: True: start the installed ``conch`` console script instead of ``python -m conch.cli.main``.
     console_script: bool = False
+    #: The interpreter whose conch is started (another virtual environment's, for a fresh install).
+    python: str = sys.executable
 
     @property
     def http_url(self) -> str:
@@ -72,7 +74,8 @@ class ServerProcess:
 
     def start(self, log_dir: Path, timeout: float = 60.0) -> ServerProcess:
         """Start the server and wait until its HTTP port answers ``/v2/health/live``."""
-        command = [conch_command()] if self.console_script else [sys.executable, "-m", "conch.cli.main"]
+        script = str(Path(self.python).with_name("conch"))
+        command = [script] if self.console_script else [self.python, "-m", "conch.cli.main"]
         command.append("serve")
         if self.repository is not None:
             command.append(str(self.repository))

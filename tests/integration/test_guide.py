@@ -46,26 +46,32 @@ def test_the_guide_has_the_whole_walk_through() -> None:
     assert sum(s.kind == "python" for s in guide_steps(GUIDE.read_text())) == 3
 
 
-def test_every_command_of_the_guide_runs(tmp_path: Path) -> None:
+def run_guide(steps: list[Step], folder: Path, python: Path) -> list[str]:
+    """Every step in ``folder`` with ``python``'s conch; the transcript, also written to the folder."""
     transcript: list[str] = []
     server: ServerProcess | None = None
     try:
-        for step in guide_steps(GUIDE.read_text()):
+        for step in steps:
             if step.kind == "command" and step.text.startswith("conch serve"):
-                server = _serve(step.text, tmp_path)
+                server = _serve(step.text, folder, python)
                 transcript.append(f"$ {step.text}\n(started; ready on {server.http_url})")
                 continue
             text = _with_ports(step.text, server)
-            output = _run(step, text, tmp_path)
+            output = _run(step, text, folder, python)
             transcript.append(
                 f"$ {step.text}\n{output}" if step.kind == "command" else f">>> python\n{output}"
             )
-        final_output = transcript[-1]
     finally:
         if server is not None:
             server.stop()
-        (tmp_path / "guide-transcript.txt").write_text("\n\n".join(transcript) + "\n")
+        (folder / "guide-transcript.txt").write_text("\n\n".join(transcript) + "\n")
         print("\n\n".join(transcript))
+    return transcript
+
+
+def test_every_command_of_the_guide_runs(tmp_path: Path) -> None:
+    transcript = run_guide(guide_steps(GUIDE.read_text()), tmp_path, Path(sys.executable))
+    final_output = transcript[-1]
 
     frame_answers = transcript[-2]
     header = r"label\s+probabilities_0\s+probabilities_1\s+probabilities_2"
@@ -80,13 +86,13 @@ def test_every_command_of_the_guide_runs(tmp_path: Path) -> None:
     assert (tmp_path / "production" / "wine" / "1" / "model.onnx").is_file()
 
 
-def _run(step: Step, text: str, folder: Path) -> str:
+def _run(step: Step, text: str, folder: Path, python: Path) -> str:
     if step.kind == "python":
-        command = [sys.executable, "-c", text]
+        command = [str(python), "-c", text]
     else:
         words = shlex.split(text)
         assert words[0] == "conch", f"the guide's commands are conch commands: {text}"
-        command = [sys.executable, "-m", "conch.cli.main", *words[1:]]
+        command = [str(python.with_name("conch")), *words[1:]]
     done = subprocess.run(
         command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
     )
@@ -95,10 +101,10 @@ def _run(step: Step, text: str, folder: Path) -> str:
     return output
 
 
-def _serve(command: str, folder: Path) -> ServerProcess:
+def _serve(command: str, folder: Path, python: Path) -> ServerProcess:
     words = shlex.split(command)
     assert words[:2] == ["conch", "serve"] and len(words) == 3, command
-    return ServerProcess(folder / words[2]).start(folder)
+    return ServerProcess(folder / words[2], console_script=True, python=str(python)).start(folder)
 
 
 def _with_ports(text: str, server: ServerProcess | None) -> str:
