@@ -285,3 +285,51 @@ def test_server_still_serves_after_errors(client: grpcclient.InferenceServerClie
     result = client.infer("simple", add_sub_grpc_inputs(1))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, dtype=np.float32))
     assert result.get_response().model_version == "2"  # the newest version by default
+
+
+#: The methods docs/protocol.md lists as served; every other method of the service is UNIMPLEMENTED.
+SERVED_METHODS = {
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelConfig",
+    "ModelInfer",
+    "ModelStreamInfer",
+    "ModelStatistics",
+    "RepositoryIndex",
+}
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+UNLISTED = sorted(m.name for m in SERVICE.methods if m.name not in SERVED_METHODS)
+
+
+def test_the_unlisted_methods_are_shared_memory_load_unload_trace_and_log() -> None:
+    assert UNLISTED == [
+        "CudaSharedMemoryRegister",
+        "CudaSharedMemoryStatus",
+        "CudaSharedMemoryUnregister",
+        "LogSettings",
+        "RepositoryModelLoad",
+        "RepositoryModelUnload",
+        "SystemSharedMemoryRegister",
+        "SystemSharedMemoryStatus",
+        "SystemSharedMemoryUnregister",
+        "TraceSetting",
+    ]
+
+
+@pytest.mark.parametrize("method", UNLISTED)
+def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method: str) -> None:
+    descriptor = SERVICE.methods_by_name[method]
+    request_type = getattr(service_pb2, descriptor.input_type.name)
+    response_type = getattr(service_pb2, descriptor.output_type.name)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE.full_name}/{method}",
+            request_serializer=request_type.SerializeToString,
+            response_deserializer=response_type.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request_type(), timeout=30)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -56,7 +56,10 @@ class RelayEndpoint:
         self, server: InferenceServer, address: str, busy_poll_us: int = 0, acceptors: int = 0
     ) -> None:
         servicer = InferenceServicer(server)
-        self._handlers: list[Any] = [getattr(servicer, m.name) for m in UNARY_METHODS]
+        # None: a method InferenceServicer leaves to the generated base class, which answers UNIMPLEMENTED.
+        self._handlers: list[Any] = [
+            getattr(servicer, m.name) if m.name in vars(InferenceServicer) else None for m in UNARY_METHODS
+        ]
         self._address = address
         self._busy_poll_us = busy_poll_us
         self._acceptors = acceptors
@@ -157,8 +160,11 @@ class RelayEndpoint:
             request = _REQUEST_TYPES[method].FromString(payload)
         except (IndexError, DecodeError):
             return grpc.StatusCode.INVALID_ARGUMENT.value[0], b"the request is not a valid protobuf message"
+        handler = self._handlers[method]
+        if handler is None:
+            return grpc.StatusCode.UNIMPLEMENTED.value[0], b"Method not implemented!"
         try:
-            response = await self._handlers[method](request, _CONTEXT)
+            response = await handler(request, _CONTEXT)
         except _Aborted as exc:
             return exc.code.value[0], exc.details.encode()
         except Exception:
