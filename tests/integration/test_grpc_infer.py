@@ -198,8 +198,16 @@ def typed_request(
 
 
 TYPED_CASES = [
+    ("INT8", "int_contents", [-(2**7), 2**7 - 1, 0, -5], np.int8),
+    ("INT16", "int_contents", [-(2**15), 2**15 - 1, 0, -5], np.int16),
     ("INT32", "int_contents", [-(2**31), 2**31 - 1, 0, 5], np.int32),
+    ("UINT8", "uint_contents", [0, 2**8 - 1, 1, 128], np.uint8),
+    ("UINT16", "uint_contents", [0, 2**16 - 1, 1, 2**15], np.uint16),
+    ("UINT32", "uint_contents", [0, 2**32 - 1, 1, 2**31], np.uint32),
+    ("INT64", "int64_contents", [-(2**63), 2**63 - 1, 0, -5], np.int64),
+    ("UINT64", "uint64_contents", [0, 2**64 - 1, 1, 2**63], np.uint64),
     ("FP32", "fp32_contents", [1.5, -0.25, 3.0e38, 0.0], np.float32),
+    ("FP64", "fp64_contents", [1.5, -0.25, 1.0e308, 5.0e-324], np.float64),
     ("BOOL", "bool_contents", [True, False, False, True], np.bool_),
 ]
 
