@@ -73,8 +73,9 @@ def test_a_new_user_clones_serves_calls_installs_and_follows_the_guide(tmp_path:
     notebook = tmp_path / "notebook"
     notebook.mkdir()
     transcript = run_guide(guide_steps(GUIDE.read_text()), notebook, venv / "bin" / "python")
-    assert "od280_od315_of_diluted_wines" in "\n".join(transcript), "the guide's export log names the rename"
-    assert (notebook / "production" / "wine" / "1" / "model.onnx").is_file()
+    metadata = json.loads((notebook / "production" / "wine" / "1" / "metadata.json").read_text())
+    assert metadata["column_inputs"] == {"od280/od315_of_diluted_wines": "od280_od315_of_diluted_wines"}
+    assert re.search(r"label\s+probabilities_0", transcript[-2]), transcript[-2]
 
 
 def _run(command: list[str], folder: Path, timeout: float = 120, env: dict[str, str] | None = None) -> str:
