@@ -62,7 +62,7 @@ def test_a_new_user_clones_serves_calls_installs_and_follows_the_guide(tmp_path:
     venv = tmp_path / "fresh-venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
     pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(clone)], tmp_path, timeout=INSTALL_TIMEOUT)
-    assert "project.license" not in pip, pip
+    assert "BuildBackendWarning" not in pip, pip  # setuptools' licence and package-data warnings
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     _serve_installed(venv, elsewhere)
