@@ -1,12 +1,16 @@
 """The Markdown report: throughput table, latency, ratios to the peers and to the raw ONNX Runtime limit.
 
 Rows are (server, protocol), columns (model, concurrency). Ratios compare cells of one run only: absolute
-figures drift between machines and between runs, ratios measured side by side much less.
+figures drift between machines and between runs, ratios measured side by side much less. With several
+rounds, each conch/peer ratio is the median of the per-round ratios (conch and the peer measured in the
+same round, minutes apart at most), shown with the lowest and highest of them: a slow spell on the
+shared cores then moves one round's ratio, not the median.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -47,25 +51,60 @@ class Row:
     protocol: str
     cells: dict[tuple[str, int], Point] = field(default_factory=dict)
     note: str | None = None
-    #: Every round's point; ``cells`` holds the one with the median throughput.
-    rounds: dict[tuple[str, int], list[Point]] = field(default_factory=dict)
+    #: Every round's point by round number; ``cells`` holds the one with the median throughput.
+    rounds: dict[tuple[str, int], dict[int, Point]] = field(default_factory=dict)
 
-    def add(self, key: tuple[str, int], point: Point) -> None:
-        """Record one round's point; the cell shown is the round with the median throughput, so its
-        latencies and compute time come from the same run as its rate."""
-        points = self.rounds.setdefault(key, [])
-        points.append(point)
-        ranked = sorted(points, key=lambda p: p.load.throughput if p.load.ok else -1.0)
+    def add(self, key: tuple[str, int], point: Point, round_number: int | None = None) -> None:
+        """Record the point of round ``round_number`` (default: the round after the last recorded); the
+        cell shown is the round with the median throughput, so its latencies and compute time come from
+        the same run as its rate."""
+        points = self.rounds.setdefault(key, {})
+        points[len(points) + 1 if round_number is None else round_number] = point
+        ranked = sorted(points.values(), key=lambda p: p.load.throughput if p.load.ok else -1.0)
         self.cells[key] = ranked[len(ranked) // 2]
 
     def spread(self, key: tuple[str, int]) -> tuple[float, float] | None:
         """Lowest and highest throughput over the rounds that succeeded (None with fewer than two)."""
-        rates = [p.load.throughput for p in self.rounds.get(key, []) if p.load.ok]
+        rates = [p.load.throughput for p in self.rounds.get(key, {}).values() if p.load.ok]
         return (min(rates), max(rates)) if len(rates) > 1 else None
+
+    def round_throughputs(self, key: tuple[str, int]) -> dict[int, float]:
+        """Throughput by round number, for the rounds that succeeded."""
+        return {n: p.load.throughput for n, p in self.rounds.get(key, {}).items() if p.load.ok}
 
     def throughput(self, model: str, concurrency: int) -> float | None:
         point = self.cells.get((model, concurrency))
         return point.load.throughput if point is not None and point.load.ok else None
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """``ours / peer`` for one cell: the median of the per-round ratios and their lowest and highest."""
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+
+def paired_ratio(ours: Row, peer: Row, key: tuple[str, int]) -> PairedRatio | None:
+    """The ratio of two rows' throughputs round by round (only rounds where both succeeded), or None."""
+    theirs = peer.round_throughputs(key)
+    ratios = [
+        rate / theirs[n] for n, rate in sorted(ours.round_throughputs(key).items()) if theirs.get(n, 0.0) > 0
+    ]
+    if not ratios:
+        return None
+    return PairedRatio(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+
+
+def _paired_cell(ours: Row, peer: Row, key: tuple[str, int]) -> str:
+    ratio = paired_ratio(ours, peer, key)
+    if ratio is None:
+        return MISSING
+    if ratio.rounds == 1:
+        return f"{ratio.median:.2f}x"
+    return f"{ratio.median:.2f}x [{ratio.low:.2f}-{ratio.high:.2f}]"
 
 
 @dataclass
@@ -115,12 +154,6 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> str:
-    if numerator is None or not denominator:
-        return MISSING
-    return f"{numerator / denominator:.2f}x"
-
-
 def _cell(row: Row, key: tuple[str, int], show: str) -> str:
     if row.note is not None:
         return row.note
@@ -167,7 +200,7 @@ def latency_table(results: BenchResults) -> str:
 
 def ratio_table(results: BenchResults) -> str:
     """conch's throughput (one process, two workers, gRPC relay) over each peer's, cell by cell, same
-    protocol."""
+    protocol: the median of the per-round ratios, with their lowest and highest in brackets."""
     columns = _columns(results)
     header = ["conch / peer", *(f"{model} c={c}" for model, c in columns)]
     lines = []
@@ -180,8 +213,14 @@ def ratio_table(results: BenchResults) -> str:
         if other.note is not None:
             lines.append([name, *([other.note] * len(columns))])
             continue
-        lines.append([name, *(_ratio(conch.throughput(*key), other.throughput(*key)) for key in columns)])
-    return _table(header, lines) if lines else "Nothing to compare: conch or its peers were not run."
+        lines.append([name, *(_paired_cell(conch, other, key) for key in columns)])
+    if not lines:
+        return "Nothing to compare: conch or its peers were not run."
+    intro = (
+        "Each cell: the median over the rounds of conch's throughput over the peer's in the same round, "
+        "[lowest-highest] of those per-round ratios when there were several rounds.\n\n"
+    )
+    return intro + _table(header, lines)
 
 
 def limit_table(results: BenchResults) -> str:

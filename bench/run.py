@@ -1,9 +1,11 @@
 """``python -m bench.run``: conch against Triton, MLServer and a naive server, in one run, one at a time.
 
-For each selected model: raw ONNX Runtime in this process first, then each server in turn (started,
-measured, stopped; never two at once) at concurrency 1 and 32 over HTTP JSON (wrk) and, where the server
-has it, gRPC (perf_analyzer). Prints the Markdown report and writes it to
-``bench/results/<UTC date>-<time>.md`` (``.quick.md`` with ``--quick``).
+For each selected model: raw ONNX Runtime in this process first, then rounds (3, 1 with ``--quick``): in
+each round every server in turn (started, measured, stopped; never two at once) at concurrency 1 and 32
+over HTTP JSON (wrk) and, where the server has it, gRPC (perf_analyzer). The rounds alternate the order
+of the servers (forwards, then backwards), so no server is always measured first or last, and each
+conch/peer ratio is the median of the ratios within a round. Prints the Markdown report and writes it
+to ``bench/results/<UTC date>-<time>.md`` (``.quick.md`` with ``--quick``).
 """
 
 from __future__ import annotations
@@ -31,21 +33,22 @@ from bench.servers import ServerError, ServerProcess, measure_between
 
 RESULTS = Path(__file__).parent / "results"
 WARMUP_S = 1.0
+DEFAULT_ROUNDS = 3
 LOGS = CACHE / "logs"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each point (default 5)")
-    parser.add_argument("--quick", action="store_true", help="2 s per point; result file *.quick.md")
+    parser.add_argument("--quick", action="store_true", help="2 s per point, 1 round; result file *.quick.md")
     parser.add_argument("--only", default=",".join(PEERS), help=f"servers to run (default {','.join(PEERS)})")
     parser.add_argument("--models", default=",".join(MODELS), help=f"models (default {','.join(MODELS)})")
     parser.add_argument(
         "--rounds",
         type=int,
-        default=1,
-        help="repeat the whole sequence of servers N times, interleaved, and report each point's median "
-        "round (default 1)",
+        default=None,
+        help="run every server N times, in rounds of alternating order; each ratio is the median of the "
+        "per-round ratios (default 3, 1 with --quick)",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report is written")
     args = parser.parse_args(argv)
@@ -53,6 +56,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.models = _choices(parser, "--models", args.models, MODELS)
     if args.quick:
         args.seconds = 2.0
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else DEFAULT_ROUNDS
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     return args
@@ -90,10 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_number in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"round {round_number} of {args.rounds}", flush=True)
-            for key in args.only:
-                describe = round_number == 1
+            for key in round_order(args.only, round_number):
                 run_peer(
-                    PEERS[key], rows[key], Path(folder) / key, args.models, args.seconds, results, describe
+                    PEERS[key],
+                    rows[key],
+                    Path(folder) / key,
+                    args.models,
+                    args.seconds,
+                    results,
+                    round_number,
                 )
     results.machine.append(f"load average at the end: {_loadavg()}")
     text = report.render(results)
@@ -106,6 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def round_order(servers: Sequence[str], round_number: int) -> list[str]:
+    """The servers in the order of ``round_number``: as given in odd rounds, reversed in even ones, so
+    over the rounds each server follows and precedes the others as often."""
+    return list(servers) if round_number % 2 else list(reversed(servers))
+
+
 def run_peer(
     peer: Peer,
     rows: list[Row],
@@ -113,24 +129,24 @@ def run_peer(
     models: list[str],
     seconds: float,
     results: BenchResults,
-    describe: bool,
+    round_number: int = 1,
 ) -> None:
     """Install, start, measure and stop one server; failures become row notes, never exceptions.
 
-    ``describe``: add the server's versions and the machine's load to the report (first round only).
+    The server's versions and the machine's load go into the report in the first round only.
     """
     busy = f"cores {other_load():.0%} busy with other jobs just before it started"
     print(f"{peer.key}: {busy}", flush=True)
     try:
         server = peer.build(workdir, models)
         with server:
-            if describe:
+            if round_number == 1:
                 results.machine.append(
                     f"{peer.title}: {server_metadata(server)}; "
                     f"{package_versions(peer.python(), peer.packages)}; {busy}"
                 )
             for model in models:
-                measure_model(server, model, rows, workdir, seconds)
+                measure_model(server, model, rows, workdir, seconds, round_number)
     except PeerUnavailable as exc:
         _note(rows, str(exc))
     except ServerError as exc:
@@ -158,8 +174,11 @@ def _keep_log(log: Path) -> None:
         shutil.copy(log, LOGS / log.name)
 
 
-def measure_model(server: ServerProcess, model: str, rows: list[Row], workdir: Path, seconds: float) -> None:
-    """Every (protocol, concurrency) point of ``model`` on a running server, after a sanity request."""
+def measure_model(
+    server: ServerProcess, model: str, rows: list[Row], workdir: Path, seconds: float, round_number: int = 1
+) -> None:
+    """Every (protocol, concurrency) point of ``model`` on a running server, after a sanity request,
+    recorded as round ``round_number``'s."""
     body = workdir / f"{model}.json"
     body.write_bytes(loadgen.infer_body(model))
     try:
@@ -167,14 +186,15 @@ def measure_model(server: ServerProcess, model: str, rows: list[Row], workdir: P
     except OSError as exc:
         for row in rows:
             for concurrency in CONCURRENCIES:
-                row.add((model, concurrency), Point(loadgen.LoadResult.failed(f"sanity request: {exc}")))
+                failed = Point(loadgen.LoadResult.failed(f"sanity request: {exc}"))
+                row.add((model, concurrency), failed, round_number)
         return
     loadgen.run_wrk(_infer_url(server, model), body, max(CONCURRENCIES), WARMUP_S, workdir)
     for row in rows:
         for concurrency in CONCURRENCIES:
             load = partial(run_point, server, model, row.protocol, concurrency, body, seconds, workdir)
             result, times = measure_between(server, model, load)
-            row.add((model, concurrency), Point(result, times.compute_ms, times.request_ms))
+            row.add((model, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
             status = result.failure or result.note or "ok"
             print(
                 f"  {model} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "
@@ -226,12 +246,13 @@ def describe_method(seconds: float, models: Sequence[str], rounds: int = 1) -> l
     """How the points were taken, so the table can be read without this source."""
     repeated = (
         [
-            f"{rounds} rounds: the whole sequence of servers run {rounds} times, one after the other, so a "
-            "slow spell on the shared cores hits every server; each cell is the round with the median "
-            "throughput, and the throughput table shows the lowest and highest round in brackets"
+            f"{rounds} rounds: every server measured once per round, the order reversed every other round; "
+            "each throughput cell is the round with the median throughput, the lowest and highest round in "
+            "brackets; each ratio is the median of the per-round ratios (conch and the peer measured in "
+            "the same round), the lowest and highest of them in brackets"
         ]
         if rounds > 1
-        else []
+        else ["1 round: each ratio divides two single measurements, and is worth less than a median of 3"]
     )
     return [
         *repeated,
