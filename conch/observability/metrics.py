@@ -1,4 +1,5 @@
-"""Prometheus metrics under Triton's names, read from the statistics at scrape time.
+"""Prometheus metrics under Triton's names, read from the statistics at scrape time, and conch's own
+model figures (readiness, loads).
 
 A collector turns :class:`ModelStatistics` into ``nv_inference_*`` families when Prometheus scrapes,
 so serving a request updates plain integers and nothing else. Serve the registry with
@@ -7,7 +8,8 @@ so serving a request updates plain integers and nothing else. Serve the registry
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -15,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from conch.observability.exposition import TritonCounter
 from conch.observability.host_metrics import HostCollector
+from conch.observability.model_loads import ModelLoadCollector
 from conch.observability.statistics import Duration, Histogram, ModelStatistics
 
 _LABELS = ["model", "version"]
@@ -109,10 +112,36 @@ class InferenceStatisticsCollector(Collector):
             yield family
 
 
-def create_registry(statistics: Callable[[], Iterable[ModelStatistics]]) -> CollectorRegistry:
-    """A registry with the inference statistics, host and GPU gauges, and the process's own figures."""
+class ModelReadinessCollector(Collector):
+    """``conch_model_ready{model,version}``: 1 for each READY version of the repository index, else 0.
+
+    A model whose config failed has no versions; its index entry comes out with ``version=""``.
+    """
+
+    def __init__(self, index: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._index = index
+
+    def collect(self) -> Iterator[Metric]:
+        ready = GaugeMetricFamily(
+            "conch_model_ready", "Whether a model version is READY (1) or not (0)", labels=_LABELS
+        )
+        for entry in self._index():
+            ready.add_metric([entry["name"], entry["version"]], 1 if entry["state"] == "READY" else 0)
+        yield ready
+
+
+def create_registry(
+    statistics: Callable[[], Iterable[ModelStatistics]],
+    index: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
+) -> CollectorRegistry:
+    """A registry with the inference statistics, model loads, host and GPU gauges, and the process's
+    own figures; with ``index`` (the repository index, read at each scrape) also each version's
+    readiness."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceStatisticsCollector(statistics))
+    if index is not None:
+        registry.register(ModelReadinessCollector(index))
+    registry.register(ModelLoadCollector())
     registry.register(HostCollector())
     ProcessCollector(registry=registry)
     return registry
