@@ -14,9 +14,11 @@ from typing import Any
 
 from conch import __version__
 from conch.core import datatypes
-from conch.core.errors import ConchError, InternalError
+from conch.core.errors import ConchError, InternalError, UnavailableError
 from conch.core.request_validation import validate_request
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
+from conch.lifecycle.load_request import check_unload_parameters, config_override
+from conch.lifecycle.model_control import ModelControl
 from conch.observability.statistics import ModelStatistics
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
@@ -25,7 +27,13 @@ from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+    "model_repository(unload_dependents)",
+]
 
 
 @dataclass(frozen=True)
@@ -40,21 +48,48 @@ class InferenceServer:
 
     name = "conch"
 
-    def __init__(self, repository: ModelRepository, options: ServerOptions | None = None) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        options: ServerOptions | None = None,
+        control: ModelControl | None = None,
+    ) -> None:
         self.repository = repository
         self.options = options or ServerOptions()
+        #: What loads and unloads models on request (None: the repository never changes).
+        self.control = control
         self.started = False
+        #: Set on SIGTERM: not ready, and new inference requests are refused while the rest finish.
+        self.stopping = False
         #: Where statistics come from when this process is one of several workers (None: here).
         self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
         #: Requests inside :meth:`infer` now, any model and protocol (``conch.busy_poll`` watches it).
         self.in_flight = RequestsInFlight()
+
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """Triton's repository load: load or reload ``name``, with an optional config override."""
+        override = config_override(parameters)
+        if self.control is None:
+            raise UnavailableError("this server cannot load models: it serves a fixed repository")
+        await self.control.load(name, override)
+
+    async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """Triton's repository unload: stop serving ``name`` once its requests are answered."""
+        check_unload_parameters(parameters)
+        if self.control is None:
+            raise UnavailableError("this server cannot unload models: it serves a fixed repository")
+        await self.control.unload(name)
 
     def live(self) -> bool:
         return True
 
     def ready(self) -> bool:
         """Started, and (with strict readiness) every model of the repository READY."""
-        return self.started and (not self.options.strict_readiness or self.repository.all_ready)
+        return (
+            self.started
+            and not self.stopping
+            and (not self.options.strict_readiness or self.repository.all_ready)
+        )
 
     def not_ready_reason(self) -> str:
         """Why :meth:`ready` is false, for the 503 of ``/v2/health/ready``: which models, and the way out.
@@ -62,6 +97,8 @@ class InferenceServer:
         An orchestrator's probe only reads the status; the text is for the person wondering why a
         server that answers inferences is never ready.
         """
+        if self.stopping:
+            return "server is not ready: it is shutting down and finishing the requests it has"
         if not self.started:
             return "server is not ready: it is starting or stopping"
         waiting = self.repository.not_ready()
@@ -133,6 +170,8 @@ class InferenceServer:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Validate, run on an instance, and record statistics; errors keep their V2 kind."""
         started = time.perf_counter_ns()
+        if self.stopping:
+            raise UnavailableError("server is shutting down; send the request to another replica")
         served = self.model_version(request.model_name, request.model_version)
         stats = served.statistics
         stats.pending += 1

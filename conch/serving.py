@@ -28,10 +28,13 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
+from conch.lifecycle.loader import LoadOptions, ModelLoader
+from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics
-from conch.repository.model_repository import ModelRepository, RepositoryOptions
+from conch.repository.model_repository import ModelRepository
 from conch.server import InferenceServer, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,24 @@ class ServeSettings:
     grpc_relay: bool = False
     busy_poll_us: int = 1000
     grpc_acceptors: int = DEFAULT_ACCEPTORS
+    model_control_mode: str = "none"
+    repository_poll_secs: float = 15.0
+    load_models: tuple[str, ...] = ()
+    exit_timeout_secs: float = 30.0
+    health_probe_timeout_ms: int = 1000
+    health_max_memory_ratio: float = 0.95
+    health_max_gpu_memory_ratio: float = 0.90
+    health_cache_secs: float = 5
+
+    @property
+    def deep_health(self) -> DeepHealthSettings:
+        """The ``--health-*`` flags as :class:`DeepHealthSettings`."""
+        return DeepHealthSettings(
+            probe_timeout_ms=self.health_probe_timeout_ms,
+            max_memory_ratio=self.health_max_memory_ratio,
+            max_gpu_memory_ratio=self.health_max_gpu_memory_ratio,
+            cache_secs=self.health_cache_secs,
+        )
 
 
 def embedded_repository() -> Path:
@@ -102,12 +123,13 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     """
     http_socket = worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")
     metrics_socket = None if worker else listen(settings.host, settings.metrics_port, "metrics")
-    options = RepositoryOptions(
+    options = LoadOptions(
         default_max_batch_size=settings.default_max_batch_size,
         cpu_cores=max(1, (os.cpu_count() or 1) // settings.workers),
     )
-    repository = ModelRepository(settings.repository, options)
-    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness))
+    repository = ModelRepository(settings.repository)
+    control = ModelControl(repository, ModelLoader(options), control_settings(settings))
+    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness), control)
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
     try:
@@ -125,18 +147,19 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.debug("serve settings: %s", settings)
     log.info("loading model repository %s", settings.repository)
     try:
-        repository.load_all()
+        control.load_startup()
     except BaseException:
         if relay is not None:
             await relay.stop()  # the relay must not outlive a server that failed to load
         raise
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
-    servers = [uvicorn_server(HttpFrontend(server))]
+    servers = [uvicorn_server(HttpFrontend(server, deep_health=DeepHealth(server, settings.deep_health)))]
     tasks = []
     if worker is None:
         assert metrics_socket is not None
-        servers.append(uvicorn_server(metrics_app(create_registry(server.all_statistics))))
+        registry = create_registry(server.all_statistics, server.repository_index)
+        servers.append(uvicorn_server(metrics_app(registry)))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
@@ -162,11 +185,13 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         *(settings.host, settings.http_port, settings.host, settings.grpc_port),
         *(settings.host, settings.metrics_port),
     )
+    if control.settings.mode is ControlMode.POLL:
+        tasks.append(asyncio.create_task(control.poll_forever()))
     waits = [asyncio.create_task(stopping.wait()), *serving]
     if relay is not None:
         waits.append(asyncio.create_task(relay.lost.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    log.info("stopping")
+    await drain(server, settings.exit_timeout_secs)
     server.started = False
     for each in servers:
         each.should_exit = True
@@ -181,6 +206,35 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("stopped")
     if relay is not None and relay.lost.is_set():
         raise ServeError("the gRPC relay process exited; the server stopped")
+
+
+def control_settings(settings: ServeSettings) -> ControlSettings:
+    """The model control mode and its options, from the serve flags."""
+    return ControlSettings(
+        mode=ControlMode(settings.model_control_mode),
+        poll_secs=settings.repository_poll_secs,
+        startup_models=settings.load_models,
+        drain_timeout_secs=settings.exit_timeout_secs,
+    )
+
+
+async def drain(server: InferenceServer, timeout_secs: float) -> None:
+    """Graceful shutdown's first half: the ports stay open while the requests in the server finish.
+
+    Readiness answers 503 at once and new inference requests get a 503, so a load balancer moves
+    traffic away, while queued and running requests complete; after ``timeout_secs`` the server
+    stops anyway (Triton's ``--exit-timeout-secs``).
+    """
+    server.stopping = True
+    waiting = server.in_flight.count
+    log.info("stopping: %d request(s) in flight; waiting up to %.0f s for them", waiting, timeout_secs)
+    deadline = asyncio.get_running_loop().time() + timeout_secs
+    while server.in_flight.count > 0 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    if server.in_flight.count:
+        log.warning(
+            "stopping with %d request(s) unfinished after %.0f s", server.in_flight.count, timeout_secs
+        )
 
 
 def _own_statistics(server: InferenceServer) -> Callable[[object], Awaitable[list[ModelStatistics]]]:
@@ -223,7 +277,14 @@ def run(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
 
 def uvicorn_server(app: Any) -> uvicorn.Server:
     """A uvicorn server for ``app`` on httptools, started with ``serve(sockets=[...])``."""
+    # log_config=None: uvicorn's records go to the root handler (--log-format) instead of its own.
     config = uvicorn.Config(
-        app, loop="none", http="httptools", lifespan="off", access_log=False, log_level="warning"
+        app,
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        log_config=None,
     )
     return _Uvicorn(config)

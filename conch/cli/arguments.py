@@ -26,6 +26,28 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def ratio(text: str) -> float:
+    """A fraction above 0 and at most 1 (``0.95``): a share of something, such as memory used."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got '{text}'") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
+    return value
+
+
+def choice(values: tuple[str, ...]) -> Callable[[str], str]:
+    """One of ``values``, in any case."""
+
+    def parse(text: str) -> str:
+        if text.lower() not in values:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(values)}, got '{text}'")
+        return text.lower()
+
+    return parse
+
+
 def boolean(text: str) -> bool:
     """``true``/``false`` and their usual spellings (``1``, ``yes``, ``on``; ``0``, ``no``, ``off``)."""
     if text.lower() in ("1", "true", "yes", "on"):

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.cli.arguments import LOG_LEVELS, at_least, boolean, log_level
+from conch.cli.arguments import LOG_LEVELS, at_least, boolean, choice, log_level, ratio
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
+from conch.observability.log_format import LOG_FORMATS, configure_logging
 
 TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "docs")
 
@@ -37,6 +38,17 @@ def _setting(
     described = f"{help} ({variable}, default {default})".lstrip()
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
+
+def _log_format(text: str) -> str:
+    """One of :data:`LOG_FORMATS`, in any case."""
+    name = text.strip().lower()
+    if name not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_FORMATS)}, got '{text}'")
+    return name
+
+
+#: Triton's --model-control-mode values (conch.lifecycle.model_control.ControlMode).
+CONTROL_MODES = ("none", "poll", "explicit")
 
 SERVE_DESCRIPTION = (
     "Serve the models of a Triton-style model repository (a folder of <model>/config.pbtxt and "
@@ -60,7 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         "repository",
         nargs="?",
         default=os.environ.get("CONCH_REPOSITORY", ""),
-        help="model repository folder (CONCH_REPOSITORY); default: the bundled example repository",
+        help="model repository folder, or s3://[host:port/]bucket/prefix, mirrored into --model-cache-dir "
+        "(CONCH_REPOSITORY); default: the bundled example repository",
+    )
+    _setting(
+        serve,
+        "--model-cache-dir",
+        str,
+        "~/.cache/conch/s3",
+        "where an s3:// repository is mirrored, one folder per bucket and prefix (see conch docs "
+        "object-storage)",
     )
     _setting(serve, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
     _setting(
@@ -136,9 +157,86 @@ def build_parser() -> argparse.ArgumentParser:
         "0",
         "Triton's verbose logging: any N above 0 logs at debug level, whatever --log-level says",
     )
+    _setting(
+        serve,
+        "--log-format",
+        _log_format,
+        "auto",
+        "how log records are written: json (one JSON object per line, with each event's fields), text, "
+        "or auto (text when stderr is a terminal, else json)",
+    )
+    _setting(
+        serve,
+        "--health-probe-timeout-ms",
+        at_least(1),
+        "1000",
+        "GET /v2/health/deep: milliseconds each READY model has to answer its probe inference (and the "
+        "longest event-loop turn) before the server is unhealthy (see conch docs deep-health)",
+    )
+    _setting(
+        serve,
+        "--health-max-memory-ratio",
+        ratio,
+        "0.95",
+        "GET /v2/health/deep: the share of host memory in use, above 0 and at most 1, beyond which the "
+        "server is unhealthy",
+    )
+    _setting(
+        serve,
+        "--health-max-gpu-memory-ratio",
+        ratio,
+        "0.90",
+        "GET /v2/health/deep: the share of each GPU's memory in use (read through NVML), above 0 and at "
+        "most 1, beyond which the server is unhealthy",
+    )
+    _setting(
+        serve,
+        "--health-cache-secs",
+        at_least(0),
+        "5",
+        "GET /v2/health/deep: seconds one evaluation is reused, so that probes cannot load the server; "
+        "0 evaluates on every call (concurrent calls still share one)",
+    )
+    _model_control_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
+
+
+def _model_control_flags(serve: argparse.ArgumentParser) -> None:
+    """Triton's flags for changing what is served, and for stopping (see conch docs lifecycle)."""
+    _setting(
+        serve,
+        "--model-control-mode",
+        choice(CONTROL_MODES),
+        "none",
+        "none: load the repository once at start; poll: load new, changed and removed model folders every "
+        "--repository-poll-secs; explicit: load only --load-model at start, then through the load and "
+        "unload API (one of " + ", ".join(CONTROL_MODES) + ")",
+    )
+    _setting(
+        serve,
+        "--repository-poll-secs",
+        at_least(1),
+        "15",
+        "poll mode: seconds between two scans of the model repository",
+    )
+    serve.add_argument(
+        "--load-model",
+        action="append",
+        default=[name for name in os.environ.get("CONCH_LOAD_MODEL", "").split(",") if name],
+        metavar="NAME",
+        help="explicit mode: a model to load at start; repeat it for more, or * for every model "
+        "(CONCH_LOAD_MODEL, comma-separated; default: none)",
+    )
+    _setting(
+        serve,
+        "--exit-timeout-secs",
+        at_least(0),
+        "30",
+        "on SIGTERM or SIGINT, seconds the server keeps its ports open (not ready, refusing new "
+        "inferences) for the requests it has to finish before it stops",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,18 +244,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve":
         exit_code: int = args.run(args)
         return exit_code
-    logging.basicConfig(
-        level=logging.DEBUG if args.log_verbose > 0 else args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(logging.DEBUG if args.log_verbose > 0 else args.log_level, args.log_format, sys.stderr)
     # Before anything imports grpc: gRPC's core reads its experiments once, at import.
     from conch.frontends.grpc.grpc_options import prefer_iomgr_listener
 
     prefer_iomgr_listener()
     from conch import serving
 
-    repository = Path(args.repository) if args.repository else serving.embedded_repository()
+    if args.repository.startswith("s3://"):
+        from conch.repository.object_cache import ObjectStoreRepository
+        from conch.repository.object_store import ObjectStoreError
+
+        try:
+            store = ObjectStoreRepository.in_cache(args.repository, Path(args.model_cache_dir))
+            store.sync()
+        except ObjectStoreError as exc:
+            print(f"conch: {exc}", file=sys.stderr)
+            return exc.exit_status
+        repository = store.root
+    else:
+        repository = Path(args.repository) if args.repository else serving.embedded_repository()
     if not repository.is_dir():
         print(f"conch: model repository '{args.repository}' is not a folder", file=sys.stderr)
         return 2
@@ -173,9 +279,27 @@ def main(argv: list[str] | None = None) -> int:
         grpc_relay=args.grpc_relay,
         busy_poll_us=args.busy_poll_us,
         grpc_acceptors=args.grpc_acceptors,
+        health_probe_timeout_ms=args.health_probe_timeout_ms,
+        health_max_memory_ratio=args.health_max_memory_ratio,
+        health_max_gpu_memory_ratio=args.health_max_gpu_memory_ratio,
+        health_cache_secs=args.health_cache_secs,
+        model_control_mode=args.model_control_mode,
+        repository_poll_secs=args.repository_poll_secs,
+        load_models=tuple(args.load_model),
+        exit_timeout_secs=args.exit_timeout_secs,
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)
+        return 2
+    if args.model_control_mode != "none" and args.workers > 1:
+        print(
+            f"conch: --model-control-mode {args.model_control_mode} changes the models of one process, and "
+            "each of --workers loads its own copy; use it without --workers",
+            file=sys.stderr,
+        )
+        return 2
+    if args.load_model and args.model_control_mode != "explicit":
+        print("conch: --load-model selects models in --model-control-mode explicit only", file=sys.stderr)
         return 2
     try:
         if args.workers == 1:

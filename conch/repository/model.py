@@ -15,7 +15,9 @@ from conch.scheduling.scheduler import Scheduler
 class ModelState(enum.Enum):
     """Triton's model states, as the repository index reports them."""
 
+    LOADING = "LOADING"
     READY = "READY"
+    UNLOADING = "UNLOADING"
     UNAVAILABLE = "UNAVAILABLE"
 
 
@@ -32,6 +34,8 @@ class ModelVersion:
     statistics: ModelStatistics = field(init=False)
     #: The server chose ``max_batch_size`` (``--default-max-batch-size``); ``config.pbtxt`` did not set it.
     max_batch_size_completed: bool = False
+    #: The version folder's files when it was loaded (:mod:`conch.lifecycle.fingerprint`).
+    fingerprint: str = ""
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.name, str(self.version))
@@ -48,6 +52,12 @@ class Model:
     name: str
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     reason: str = ""
+    #: The config the versions were loaded with, to tell on a reload which versions can be kept.
+    config_text: str = ""
+    #: Unloaded on request: listed in the index, but no longer counted by strict readiness.
+    unloaded: bool = False
+    #: Why a reload failed while earlier versions kept serving: still READY for strict readiness.
+    degraded: str = ""
 
     @property
     def ready_versions(self) -> list[ModelVersion]:

@@ -85,7 +85,9 @@ class ServerProcess:
             "GRPC_PORT": str(self.grpc_port),
             "METRICS_PORT": str(self.metrics_port),
         }
-        env = {**os.environ, **self.env}
+        # Text logs unless a test asks otherwise: many read the server's log lines (json is the default
+        # when stderr is not a terminal, as here).
+        env = {"CONCH_LOG_FORMAT": "text", **os.environ, **self.env}
         if self.port_flags:
             for key, value in where.items():
                 command += [f"--{key.lower().replace('_', '-')}", value]

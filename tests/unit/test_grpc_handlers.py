@@ -8,7 +8,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from conch.frontends.grpc.servicer import InferenceServicer, generic_handlers_only
-from conch.repository.model_repository import ModelRepository, RepositoryOptions
+from conch.repository.model_repository import ModelRepository
 from conch.server import InferenceServer, ServerOptions
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -23,7 +23,7 @@ class CallDetails(NamedTuple):
 
 @pytest.fixture(scope="module")
 def servicer(tmp_path_factory: pytest.TempPathFactory) -> InferenceServicer:
-    repository = ModelRepository(tmp_path_factory.mktemp("repository"), RepositoryOptions())
+    repository = ModelRepository(tmp_path_factory.mktemp("repository"))
     return InferenceServicer(InferenceServer(repository, ServerOptions()))
 
 

@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 
 from conch.core.errors import NotFoundError
+from conch.lifecycle.loader import LoadOptions
 from conch.repository.model import ModelState
-from conch.repository.model_repository import ModelRepository, RepositoryOptions
+from conch.repository.model_repository import ModelRepository
+from tests.fixtures.model_folders import load_repository
 from tests.fixtures.onnx_models import add_sub_model, fixed_shape_model, string_model, write_repository
 
 
 @contextmanager
-def loaded(root: Path, options: RepositoryOptions | None = None) -> Iterator[ModelRepository]:
+def loaded(root: Path, options: LoadOptions | None = None) -> Iterator[ModelRepository]:
     """``root`` loaded as the server loads it at start-up, closed on exit."""
-    repository = ModelRepository(root, options)
-    repository.load_all()
+    repository = load_repository(root, options)
     try:
         yield repository
     finally:
@@ -160,7 +161,7 @@ def test_model_without_matching_version_folder(tmp_path: Path) -> None:
 def test_server_default_max_batch_size(tmp_path: Path) -> None:
     root = write_repository(tmp_path, {"simple": (add_sub_model(), None)})
 
-    with loaded(root, RepositoryOptions(default_max_batch_size=16)) as repository:
+    with loaded(root, LoadOptions(default_max_batch_size=16)) as repository:
         assert repository.model("simple").ready_version("1").config.max_batch_size == 16
 
 

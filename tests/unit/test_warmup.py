@@ -12,8 +12,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.types import ExecutionTiming
 from conch.repository.model import ModelState
-from conch.repository.model_repository import ModelRepository
 from conch.repository.warmup import run_warmup, warmup_samples
+from tests.fixtures.model_folders import load_repository
 from tests.fixtures.onnx_models import add_sub_model, string_model, write_repository
 
 ADD_SUB_WARMUP = """
@@ -94,8 +94,7 @@ def test_models_with_warmup_load_ready(tmp_path: Path) -> None:
     (root / "text" / "warmup").mkdir()
     (root / "text" / "warmup" / "TEXT").write_bytes(struct.pack("<I", 2) + b"hi")
 
-    repository = ModelRepository(root)
-    repository.load_all()
+    repository = load_repository(root)
     try:
         assert repository.model("add_sub").state is ModelState.READY
         assert repository.model("text").state is ModelState.READY
@@ -114,8 +113,7 @@ def test_failing_warmup_makes_the_version_unavailable(tmp_path: Path) -> None:
     (root / "text" / "warmup").mkdir()
     (root / "text" / "warmup" / "short").write_bytes(struct.pack("<I", 9) + b"abc")
 
-    repository = ModelRepository(root)
-    repository.load_all()
+    repository = load_repository(root)
     try:
         text, escape = repository.model("text"), repository.model("escape")
         assert text.state is ModelState.UNAVAILABLE
@@ -165,8 +163,7 @@ def test_a_sample_without_data_or_that_breaks_a_reshape_makes_the_version_unavai
         {"no_data": (add_sub_model(), no_data), "reshaped": (add_sub_model(), bad_reshape)},
     )
 
-    repository = ModelRepository(root)
-    repository.load_all()
+    repository = load_repository(root)
     try:
         no_data_reason = repository.model("no_data").versions[1].reason
         reshaped_reason = repository.model("reshaped").versions[1].reason

@@ -82,6 +82,26 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries]
         )
 
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        try:
+            await self.server.load_model(request.model_name, _parameters(request.parameters))
+        except ConchError as exc:
+            await _abort(context, exc)
+            raise
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        try:
+            await self.server.unload_model(request.model_name, _parameters(request.parameters))
+        except ConchError as exc:
+            await _abort(context, exc)
+            raise
+        return pb.RepositoryModelUnloadResponse()
+
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
             return await self._infer(request)
@@ -114,6 +134,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         request = infer_codec.decode_request(message)
         response = await self.server.infer(request)
         return infer_codec.encode_response(response)
+
+
+def _parameters(parameters: Any) -> dict[str, Any]:
+    """A repository request's parameters as plain values (``file:`` contents arrive as bytes)."""
+    return {
+        key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+        for key, value in parameters.items()
+    }
 
 
 async def _call(context: Any, produce: Callable[[], T]) -> T:

@@ -15,6 +15,7 @@ import orjson
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.frontends.http import infer_codec
 from conch.frontends.http.body import compress_for, read_body
+from conch.lifecycle.deep_health import DeepHealth
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -30,9 +31,16 @@ _NOT_READY = 503
 class HttpFrontend:
     """ASGI app serving KServe V2 and Triton's HTTP extensions for one :class:`InferenceServer`."""
 
-    def __init__(self, server: InferenceServer, max_body_bytes: int = 512 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        max_body_bytes: int = 512 * 1024 * 1024,
+        deep_health: DeepHealth | None = None,
+    ) -> None:
         self.server = server
         self.max_body_bytes = max_body_bytes
+        #: ``GET /v2/health/deep``'s checker; the default settings when ``conch serve`` gives none.
+        self.deep_health = deep_health or DeepHealth(server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -59,6 +67,10 @@ class HttpFrontend:
         route = parts[1:]
         if not route:
             return _get_json(method, self.server.metadata)
+        if route == ["health", "deep"]:
+            _require(method, "GET")
+            evaluation = await self.deep_health.evaluate()
+            return _json(200 if evaluation.healthy else _NOT_READY, evaluation.to_json())
         if route[0] == "health" and len(route) == 2 and route[1] in ("live", "ready"):
             _require(method, "GET")
             if route[1] == "live":
@@ -73,6 +85,17 @@ class HttpFrontend:
             if not isinstance(ready_only, bool):
                 raise InvalidArgumentError("'ready' must be true or false")
             return _json(200, self.server.repository_index(ready_only))
+        if len(route) == 4 and route[:2] == ["repository", "models"] and route[3] in ("load", "unload"):
+            _require(method, "POST")
+            body = await read_body(scope, receive, self.max_body_bytes)
+            parameters = infer_codec.load_json_object(body).get("parameters", {}) if body else {}
+            if not isinstance(parameters, dict):
+                raise InvalidArgumentError("'parameters' must be a JSON object")
+            if route[3] == "load":
+                await self.server.load_model(route[2], parameters)
+            else:
+                await self.server.unload_model(route[2], parameters)
+            return 200, b"", []
         if route == ["models", "stats"]:
             _require(method, "GET")
             return _json(200, await self.server.statistics())

@@ -1,0 +1,25 @@
+"""Structured events: anything that changes what is served is one log record with named fields.
+
+A load, unload, swap, breaker change or fallback is reported with :func:`emit`, never formatted by the
+layer that reports it. The record's message is the event's name and its fields in ``key=value`` form,
+so the text log reads well; the fields also travel on the record (``record.event``, ``record.fields``)
+for the JSON formatter, which writes each as its own JSON key.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+
+def emit(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log ``event`` with ``fields`` (JSON-friendly values) as one record."""
+    if not logger.isEnabledFor(level):
+        return
+    text = " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+    logger.log(level, "%s %s", event, text, extra={"event": event, "fields": fields}, stacklevel=2)
+
+
+def _text(value: Any) -> str:
+    rendered = str(value)
+    return repr(rendered) if (" " in rendered or not rendered) else rendered
