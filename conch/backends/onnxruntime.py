@@ -15,6 +15,7 @@ and ``optimization { graph { level: N } }``: -1 basic, 1 extended, anything else
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -57,6 +58,16 @@ _LOAD_ERRORS = (
     ort_state.NotImplemented,
     ort_state.RuntimeException,
 )
+# ONNX Runtime's messages open with its status ("[ONNXRuntimeError] : 1 : FAIL : ") and quote the
+# source line that failed, with the C++ function after it ("/onnxruntime_src/.../reshape_helper.h:91
+# onnxruntime::ReshapeHelper::ReshapeHelper(...) "; Windows builds quote "D:\a\...\op_kernel.cc:83"):
+# paths a client must not see (docs/protocol.md).
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_SOURCE_LINE = re.compile(
+    r"(?:[A-Za-z]:)?(?:[\w.~-]*[/\\])*[\w.-]+\.(?:h|hpp|hh|c|cc|cpp|cxx|cu|cuh):\d+ "
+    r"(?:[\w:~<>]+\([^()]*\)(?: const)? )?"
+)
+_NO_NODE_NAME = "Name:'' "
 SESSION_PARAMETERS = (
     "intra_op_thread_count",
     "inter_op_thread_count",
@@ -132,8 +143,16 @@ def open_session(
             str(model_file), sess_options=session_options(config, cores), providers=providers
         )
     except _LOAD_ERRORS as exc:
-        reason = str(exc).replace(str(model_file.parent) + os.sep, "")
+        reason = ort_message(str(exc).replace(str(model_file.parent) + os.sep, ""))
         raise InvalidArgumentError(f"{model_file.name} is not a loadable ONNX model: {reason}") from None
+
+
+def ort_message(text: str) -> str:
+    """ONNX Runtime's message ``text`` without its status prefix and without the source files and
+    lines it quotes: what it says about the model and the tensors stays."""
+    text = _ORT_STATUS.sub("", text)
+    text = _SOURCE_LINE.sub("", text)
+    return text.replace(_NO_NODE_NAME, "").strip()
 
 
 def gpu_available() -> bool:
@@ -162,6 +181,7 @@ class OnnxRuntimeInstance:
 
     def __init__(self, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
         self._session = session
+        self._label = _model_label(session, config)
         self._batching = config.max_batch_size > 0
         self._input_reshape = {e.name: tuple(e.reshape.shape) for e in config.input if e.HasField("reshape")}
         self._output_dims = {e.name: tuple(e.dims) for e in config.output if e.HasField("reshape")}
@@ -177,9 +197,9 @@ class OnnxRuntimeInstance:
         try:
             results = self._session.run(output_names, feed)
         except ort_state.InvalidArgument as exc:
-            raise InvalidArgumentError(f"the model rejected the input: {exc}") from None
+            raise InvalidArgumentError(f"{self._label} rejected the input: {ort_message(str(exc))}") from None
         except (ort_state.Fail, ort_state.RuntimeException) as exc:
-            raise InternalError(f"the model failed while running: {exc}") from None
+            raise InternalError(f"{self._label} failed while running: {ort_message(str(exc))}") from None
         done = time.perf_counter_ns()
         outputs = {
             name: self._to_wire(name, array) for name, array in zip(output_names, results, strict=True)
@@ -202,6 +222,20 @@ class OnnxRuntimeInstance:
         if dims is None:
             return array
         return array.reshape(array.shape[:1] + dims if self._batching else dims)
+
+
+def _model_label(session: ort.InferenceSession, config: mc.ModelConfig) -> str:
+    """``model 'name' version N`` for the messages of a run that failed.
+
+    The config names the model; the version is the folder of the session's file,
+    ``<model>/<version>/model.onnx`` in a repository. A session built from bytes (conch export's
+    check) or a nameless config says less.
+    """
+    label = f"model '{config.name}'" if config.name else "the model"
+    path = getattr(session, "_model_path", None)
+    if path and Path(path).parent.name.isdigit():
+        label += f" version {int(Path(path).parent.name)}"
+    return label
 
 
 def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:

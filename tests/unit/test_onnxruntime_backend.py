@@ -15,12 +15,13 @@ from conch.backends.onnxruntime import (
     OnnxRuntimeInstance,
     default_intra_op_threads,
     open_session,
+    ort_message,
     read_signature,
     session_options,
 )
 from conch.backends.signature import TensorSignature
 from conch.core import datatypes
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
 from conch.repository.autocomplete import complete_defaults, complete_from_signature
 from conch.repository.config import fields_set_in_text, parse_config
@@ -30,6 +31,7 @@ from tests.fixtures.onnx_models import (
     fixed_shape_model,
     identity_model,
     multi_dtype_model,
+    reshape_model,
     string_model,
     variable_dims_model,
 )
@@ -167,8 +169,38 @@ def test_input_the_model_rejects_is_invalid_argument(tmp_path: Path) -> None:
     model = instance(add_sub_model(), tmp_path)
     wrong_type = np.zeros((1, 16), dtype=np.float64)
 
-    with pytest.raises(InvalidArgumentError, match="the model rejected the input"):
+    rejected = "model 'm' rejected the input: Unexpected input data type"
+    with pytest.raises(InvalidArgumentError, match=rejected):
         run(model, ["OUTPUT0"], INPUT0=wrong_type, INPUT1=wrong_type)
+
+
+def test_a_run_time_failure_names_the_model_and_version_and_no_source_file(tmp_path: Path) -> None:
+    version = tmp_path / "m" / "3"
+    version.mkdir(parents=True)
+    model = instance(reshape_model(), version)
+
+    with pytest.raises(InternalError) as caught:
+        run(model, ["Y"], X=np.zeros(4, dtype=np.float32), SHAPE=np.array([3, 3]))
+
+    assert caught.value.message == (
+        "model 'm' version 3 failed while running: Non-zero status code returned while running Reshape "
+        "node. Status Message: input_shape_size == requested_shape_size was false. The input tensor cannot "
+        "be reshaped to the requested shape. Input shape:{4}, requested shape:{3,3}"
+    )
+
+
+def test_ort_message_keeps_what_it_says_and_drops_status_and_source_lines() -> None:
+    text = (
+        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Gemm node. "
+        "Name:'fc' Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/math/gemm_helper.h:14 "
+        "onnxruntime::GemmHelper::GemmHelper(const TensorShape&, bool) const left.NumDimensions() == 2 was "
+        "false. D:\\a\\_work\\1\\s\\onnxruntime\\core\\framework\\op_kernel.cc:83 see above\n"
+    )
+
+    assert ort_message(text) == (
+        "Non-zero status code returned while running Gemm node. Name:'fc' Status Message: "
+        "left.NumDimensions() == 2 was false. see above"
+    )
 
 
 def test_session_options_from_parameters() -> None:
