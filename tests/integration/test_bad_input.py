@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,17 +49,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "not-onnx" / "1").mkdir(parents=True)
     (root / "not-onnx" / "1" / "model.onnx").write_bytes(b"GIF89a: an image, not an ONNX model")
     return root
-
-
-@pytest.fixture(scope="module")
-def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    return start_server(repository)
-
-
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
-    with grpc.insecure_channel(server.grpc_url) as channel:
-        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
 def post(
@@ -309,10 +297,13 @@ GRPC_CASES = [
 
 @pytest.mark.parametrize("case", GRPC_CASES, ids=[c.id for c in GRPC_CASES])
 def test_grpc_bad_request(
-    server: ServerProcess, repository: Path, stub: service_pb2_grpc.GRPCInferenceServiceStub, case: GrpcCase
+    server: ServerProcess,
+    repository: Path,
+    grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub,
+    case: GrpcCase,
 ) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        stub.ModelInfer(case.request)
+        grpc_stub.ModelInfer(case.request)
 
     assert caught.value.code() == case.code
     assert case.needle in caught.value.details()

@@ -62,27 +62,22 @@ def server(
     return start_server(root, "--strict-readiness", "false", "--grpc-relay", relay)
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> grpcclient.InferenceServerClient:
-    return grpcclient.InferenceServerClient(server.grpc_url)
+def test_server_is_live_and_ready(grpc_client: grpcclient.InferenceServerClient) -> None:
+    assert grpc_client.is_server_live()
+    assert grpc_client.is_server_ready()
 
 
-def test_server_is_live_and_ready(client: grpcclient.InferenceServerClient) -> None:
-    assert client.is_server_live()
-    assert client.is_server_ready()
+def test_model_ready_per_model_and_version(grpc_client: grpcclient.InferenceServerClient) -> None:
+    assert grpc_client.is_model_ready("simple")
+    assert grpc_client.is_model_ready("simple", "1")
+    assert grpc_client.is_model_ready("simple", "2")
+    assert grpc_client.is_model_ready("multi-dtype")
+    assert not grpc_client.is_model_ready("broken")
+    assert not grpc_client.is_model_ready("broken", "1")
 
 
-def test_model_ready_per_model_and_version(client: grpcclient.InferenceServerClient) -> None:
-    assert client.is_model_ready("simple")
-    assert client.is_model_ready("simple", "1")
-    assert client.is_model_ready("simple", "2")
-    assert client.is_model_ready("multi-dtype")
-    assert not client.is_model_ready("broken")
-    assert not client.is_model_ready("broken", "1")
-
-
-def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
-    metadata = client.get_server_metadata()
+def test_server_metadata(grpc_client: grpcclient.InferenceServerClient) -> None:
+    metadata = grpc_client.get_server_metadata()
     assert metadata.name == "conch"
     assert metadata.version == conch.__version__
     assert {"binary_tensor_data", "model_configuration", "statistics", "model_repository"} <= set(
@@ -91,9 +86,9 @@ def test_server_metadata(client: grpcclient.InferenceServerClient) -> None:
 
 
 def test_model_metadata_shows_the_batch_dimension_as_minus_one(
-    client: grpcclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
-    metadata = client.get_model_metadata("simple")
+    metadata = grpc_client.get_model_metadata("simple")
     assert metadata.name == "simple"
     assert list(metadata.versions) == ["1", "2"]
     assert metadata.platform == "onnxruntime_onnx"
@@ -107,26 +102,26 @@ def test_model_metadata_shows_the_batch_dimension_as_minus_one(
     ]
 
 
-def test_model_metadata_of_one_version(client: grpcclient.InferenceServerClient) -> None:
-    assert list(client.get_model_metadata("simple", "1").versions) == ["1"]
+def test_model_metadata_of_one_version(grpc_client: grpcclient.InferenceServerClient) -> None:
+    assert list(grpc_client.get_model_metadata("simple", "1").versions) == ["1"]
 
 
 def test_model_metadata_of_a_batch_only_output_and_of_a_non_batching_model(
-    client: grpcclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
-    multi = client.get_model_metadata("multi-dtype")
+    multi = grpc_client.get_model_metadata("multi-dtype")
     assert {t.name: list(t.shape) for t in multi.outputs} == {
         "A_PLUS_ONE": [-1, 3],
         "B_SUM": [-1, 1],
         "B_DOUBLE": [-1, 2],
     }
     assert {t.name: t.datatype for t in multi.inputs} == {"A": "INT32", "B": "FP64"}
-    fixed = client.get_model_metadata("fixed-shape")
+    fixed = grpc_client.get_model_metadata("fixed-shape")
     assert [list(t.shape) for t in fixed.inputs] == [[2, 3]]
 
 
-def test_model_config_is_auto_completed_from_the_graph(client: grpcclient.InferenceServerClient) -> None:
-    config = client.get_model_config("multi-dtype").config
+def test_model_config_is_auto_completed_from_the_graph(grpc_client: grpcclient.InferenceServerClient) -> None:
+    config = grpc_client.get_model_config("multi-dtype").config
     assert config.name == "multi-dtype"
     assert config.platform == "onnxruntime_onnx"
     assert config.backend == "onnxruntime"
@@ -143,8 +138,8 @@ def test_model_config_is_auto_completed_from_the_graph(client: grpcclient.Infere
     assert config.instance_group[0].count == 1
 
 
-def test_model_config_as_json(client: grpcclient.InferenceServerClient) -> None:
-    config = client.get_model_config("multi-dtype", as_json=True)["config"]
+def test_model_config_as_json(grpc_client: grpcclient.InferenceServerClient) -> None:
+    config = grpc_client.get_model_config("multi-dtype", as_json=True)["config"]
     assert config["name"] == "multi-dtype"
     assert config["max_batch_size"] == 4
     # tritonclient renders int64 fields such as dims as strings (protobuf's MessageToJson).
@@ -156,15 +151,15 @@ def test_model_config_as_json(client: grpcclient.InferenceServerClient) -> None:
     assert config["default_model_filename"] == "model.onnx"
 
 
-def test_model_config_keeps_what_config_pbtxt_sets(client: grpcclient.InferenceServerClient) -> None:
-    config = client.get_model_config("simple", "1").config
+def test_model_config_keeps_what_config_pbtxt_sets(grpc_client: grpcclient.InferenceServerClient) -> None:
+    config = grpc_client.get_model_config("simple", "1").config
     assert config.max_batch_size == 8
     assert config.version_policy.WhichOneof("policy_choice") == "all"
     assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
 
 
-def test_model_config_of_a_non_batching_model(client: grpcclient.InferenceServerClient) -> None:
-    config = client.get_model_config("fixed-shape").config
+def test_model_config_of_a_non_batching_model(grpc_client: grpcclient.InferenceServerClient) -> None:
+    config = grpc_client.get_model_config("fixed-shape").config
     assert config.max_batch_size == 0
     assert list(config.input[0].dims) == [2, 3]
 
@@ -175,14 +170,14 @@ def _stats(client: grpcclient.InferenceServerClient, version: str) -> Any:
     return entry
 
 
-def test_model_statistics_count_inferences_per_version(client: grpcclient.InferenceServerClient) -> None:
-    before = {v: _stats(client, v) for v in ("1", "2")}
+def test_model_statistics_count_inferences_per_version(grpc_client: grpcclient.InferenceServerClient) -> None:
+    before = {v: _stats(grpc_client, v) for v in ("1", "2")}
     for _ in range(3):
-        client.infer("simple", add_sub_grpc_inputs(2), model_version="1")
-    client.infer("simple", add_sub_grpc_inputs(5), model_version="2")
+        grpc_client.infer("simple", add_sub_grpc_inputs(2), model_version="1")
+    grpc_client.infer("simple", add_sub_grpc_inputs(5), model_version="2")
     with pytest.raises(InferenceServerException):
-        client.infer("simple", add_sub_grpc_inputs(9), model_version="2")  # above max_batch_size 8
-    one, two = _stats(client, "1"), _stats(client, "2")
+        grpc_client.infer("simple", add_sub_grpc_inputs(9), model_version="2")  # above max_batch_size 8
+    one, two = _stats(grpc_client, "1"), _stats(grpc_client, "2")
 
     assert one.inference_count - before["1"].inference_count == 6  # 3 requests of batch 2
     assert one.execution_count - before["1"].execution_count == 3
@@ -197,10 +192,12 @@ def test_model_statistics_count_inferences_per_version(client: grpcclient.Infere
     assert two.inference_stats.fail.count - before["2"].inference_stats.fail.count == 1
 
 
-def test_model_statistics_of_every_version_and_every_model(client: grpcclient.InferenceServerClient) -> None:
-    simple = client.get_inference_statistics("simple").model_stats
+def test_model_statistics_of_every_version_and_every_model(
+    grpc_client: grpcclient.InferenceServerClient,
+) -> None:
+    simple = grpc_client.get_inference_statistics("simple").model_stats
     assert [(s.name, s.version) for s in simple] == [("simple", "1"), ("simple", "2")]
-    everything = client.get_inference_statistics().model_stats
+    everything = grpc_client.get_inference_statistics().model_stats
     # Only loaded versions have statistics: "broken" is not among them.
     assert sorted((s.name, s.version) for s in everything) == [
         ("fixed-shape", "1"),
@@ -211,9 +208,9 @@ def test_model_statistics_of_every_version_and_every_model(client: grpcclient.In
 
 
 def test_repository_index_lists_every_version_with_its_state(
-    client: grpcclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
-    index = client.get_model_repository_index().models
+    index = grpc_client.get_model_repository_index().models
     states = {(m.name, m.version): m.state for m in index}
     assert states == {
         ("broken", "1"): "UNAVAILABLE",
@@ -273,16 +270,16 @@ ERRORS: list[tuple[str, ClientCall, str, str]] = [
 
 @pytest.mark.parametrize(("call", "status", "needle"), [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
 def test_errors_carry_their_grpc_status_code(
-    client: grpcclient.InferenceServerClient, call: ClientCall, status: str, needle: str
+    grpc_client: grpcclient.InferenceServerClient, call: ClientCall, status: str, needle: str
 ) -> None:
     with pytest.raises(InferenceServerException) as caught:
-        call(client)
+        call(grpc_client)
     assert caught.value.status() == f"StatusCode.{status}"
     assert needle in (caught.value.message() or "")
 
 
-def test_server_still_serves_after_errors(client: grpcclient.InferenceServerClient) -> None:
-    result = client.infer("simple", add_sub_grpc_inputs(1))
+def test_server_still_serves_after_errors(grpc_client: grpcclient.InferenceServerClient) -> None:
+    result = grpc_client.infer("simple", add_sub_grpc_inputs(1))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, dtype=np.float32))
     assert result.get_response().model_version == "2"  # the newest version by default
 
@@ -299,19 +296,19 @@ SERVED_METHODS = {
     "ModelStreamInfer",
     "ModelStatistics",
     "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
 }
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 UNLISTED = sorted(m.name for m in SERVICE.methods if m.name not in SERVED_METHODS)
 
 
-def test_the_unlisted_methods_are_shared_memory_load_unload_trace_and_log() -> None:
+def test_the_unlisted_methods_are_shared_memory_trace_and_log() -> None:
     assert UNLISTED == [
         "CudaSharedMemoryRegister",
         "CudaSharedMemoryStatus",
         "CudaSharedMemoryUnregister",
         "LogSettings",
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
         "SystemSharedMemoryRegister",
         "SystemSharedMemoryStatus",
         "SystemSharedMemoryUnregister",
@@ -333,3 +330,15 @@ def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method:
         with pytest.raises(grpc.RpcError) as caught:
             call(request_type(), timeout=30)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("method", ["load_model", "unload_model"])
+def test_load_and_unload_answer_unavailable_without_explicit_mode(
+    grpc_client: grpcclient.InferenceServerClient, method: str
+) -> None:
+    with pytest.raises(InferenceServerException) as caught:
+        getattr(grpc_client, method)("simple")
+
+    assert caught.value.status() == "StatusCode.UNAVAILABLE"
+    assert "--model-control-mode explicit" in (caught.value.message() or "")
+    assert grpc_client.is_model_ready("simple"), "the model still serves"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -62,19 +62,6 @@ def server(
     return start_server(root, *SERVING_MODES[request.param])
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
-    """The raw service stub, for requests tritonclient cannot build (typed ``contents``)."""
-    with grpc.insecure_channel(server.grpc_url) as channel:
-        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
-
-
 def run_directly(model: onnx.ModelProto | Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What onnxruntime itself answers, every output by name."""
     source = model if isinstance(model, Path) else model.SerializeToString()
@@ -110,11 +97,11 @@ def tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput
 
 @pytest.mark.parametrize("datatype", list(ONNX_TYPES))
 def test_every_datatype_round_trips_as_onnxruntime_computes_it(
-    client: grpcclient.InferenceServerClient, datatype: str
+    grpc_client: grpcclient.InferenceServerClient, datatype: str
 ) -> None:
     data = sample(datatype)
     model = f"identity-{datatype.lower()}"
-    result = client.infer(model, [tensor("INPUT0", data, datatype)])
+    result = grpc_client.infer(model, [tensor("INPUT0", data, datatype)])
 
     output = result.get_output("OUTPUT0")
     assert output.datatype == datatype
@@ -131,11 +118,11 @@ def test_every_datatype_round_trips_as_onnxruntime_computes_it(
         assert served.tobytes() == data.tobytes()  # bit for bit: -0.0 and NaN included
 
 
-def test_two_inputs_two_outputs(client: grpcclient.InferenceServerClient) -> None:
+def test_two_inputs_two_outputs(grpc_client: grpcclient.InferenceServerClient) -> None:
     rng = np.random.default_rng(7)
     a = rng.standard_normal((3, 16), dtype=np.float32)
     b = rng.standard_normal((3, 16), dtype=np.float32)
-    result = client.infer("add-sub", [tensor("INPUT0", a, "FP32"), tensor("INPUT1", b, "FP32")])
+    result = grpc_client.infer("add-sub", [tensor("INPUT0", a, "FP32"), tensor("INPUT1", b, "FP32")])
 
     expected = run_directly(MODELS["add-sub"], {"INPUT0": a, "INPUT1": b})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected["OUTPUT0"])
@@ -143,10 +130,12 @@ def test_two_inputs_two_outputs(client: grpcclient.InferenceServerClient) -> Non
     assert [o.name for o in result.get_response().outputs] == ["OUTPUT0", "OUTPUT1"]
 
 
-def test_mixed_datatypes_and_a_batch_only_output_as_n_by_1(client: grpcclient.InferenceServerClient) -> None:
+def test_mixed_datatypes_and_a_batch_only_output_as_n_by_1(
+    grpc_client: grpcclient.InferenceServerClient,
+) -> None:
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
     b = np.array([[0.5, 1.25], [-3.0, 1e300]], dtype=np.float64)
-    result = client.infer("multi-dtype", [tensor("A", a, "INT32"), tensor("B", b, "FP64")])
+    result = grpc_client.infer("multi-dtype", [tensor("A", a, "INT32"), tensor("B", b, "FP64")])
 
     expected = run_directly(MODELS["multi-dtype"], {"A": a, "B": b})
     np.testing.assert_array_equal(result.as_numpy("A_PLUS_ONE"), expected["A_PLUS_ONE"])
@@ -167,20 +156,20 @@ def test_mixed_datatypes_and_a_batch_only_output_as_n_by_1(client: grpcclient.In
     [(["OUTPUT1"], "add-sub"), (["B_SUM"], "multi-dtype"), (["B_DOUBLE", "A_PLUS_ONE"], "multi-dtype")],
 )
 def test_only_the_requested_outputs_come_back(
-    client: grpcclient.InferenceServerClient, requested: list[str], model: str
+    grpc_client: grpcclient.InferenceServerClient, requested: list[str], model: str
 ) -> None:
     if model == "add-sub":
         inputs = [tensor(n, np.ones((1, 16), dtype=np.float32), "FP32") for n in ("INPUT0", "INPUT1")]
     else:
         inputs = [tensor("A", np.ones((1, 3), np.int32), "INT32"), tensor("B", np.ones((1, 2)), "FP64")]
     outputs = [grpcclient.InferRequestedOutput(name) for name in requested]
-    result = client.infer(model, inputs, outputs=outputs)
+    result = grpc_client.infer(model, inputs, outputs=outputs)
     assert [o.name for o in result.get_response().outputs] == requested
 
 
-def test_request_id_and_version_are_echoed(client: grpcclient.InferenceServerClient) -> None:
+def test_request_id_and_version_are_echoed(grpc_client: grpcclient.InferenceServerClient) -> None:
     data = np.ones((1, 4), dtype=np.int64)
-    result = client.infer("identity-int64", [tensor("INPUT0", data, "INT64")], request_id="request-42")
+    result = grpc_client.infer("identity-int64", [tensor("INPUT0", data, "INT64")], request_id="request-42")
     response = result.get_response()
     assert response.id == "request-42"
     assert response.model_name == "identity-int64"
@@ -216,14 +205,14 @@ TYPED_CASES = [
     ("datatype", "field", "values", "dtype"), TYPED_CASES, ids=[c[0] for c in TYPED_CASES]
 )
 def test_typed_contents_instead_of_raw(
-    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+    grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub,
     datatype: str,
     field: str,
     values: list[object],
     dtype: type,
 ) -> None:
     request = typed_request(f"identity-{datatype.lower()}", datatype, [1, 4], field, values)
-    response = stub.ModelInfer(request)
+    response = grpc_stub.ModelInfer(request)
 
     (output,) = response.outputs
     assert (output.name, output.datatype, list(output.shape)) == ("OUTPUT0", datatype, [1, 4])
@@ -232,28 +221,28 @@ def test_typed_contents_instead_of_raw(
     np.testing.assert_array_equal(served, np.array(values, dtype=dtype))
 
 
-def test_typed_bytes_contents(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+def test_typed_bytes_contents(grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
     words = [b"alpha", b"", "\u00fcber".encode(), b"omega"]
-    response = stub.ModelInfer(typed_request("identity-bytes", "BYTES", [1, 4], "bytes_contents", words))
+    response = grpc_stub.ModelInfer(typed_request("identity-bytes", "BYTES", [1, 4], "bytes_contents", words))
     result = grpcclient.InferResult(response)
     assert result.as_numpy("OUTPUT0").tolist() == [words]
 
 
-def test_fp16_in_typed_contents_is_rejected(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+def test_fp16_in_typed_contents_is_rejected(grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
     # The protocol has no typed field for FP16: it can only travel in raw_input_contents.
     request = typed_request("identity-fp16", "FP16", [1, 4], "fp32_contents", [1.0, 2.0, 3.0, 4.0])
     with pytest.raises(grpc.RpcError) as caught:
-        stub.ModelInfer(request)
+        grpc_stub.ModelInfer(request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "FP16" in caught.value.details()
 
 
 def test_typed_contents_with_the_wrong_count_is_rejected(
-    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+    grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:
     request = typed_request("identity-int32", "INT32", [1, 4], "int_contents", [1, 2, 3])
     with pytest.raises(grpc.RpcError) as caught:
-        stub.ModelInfer(request)
+        grpc_stub.ModelInfer(request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "INPUT0" in caught.value.details()
 
@@ -293,13 +282,15 @@ def test_stream_answers_every_request_and_reports_the_bad_one_on_the_stream(
     assert "INPUT1" in (error.message() or "")
 
 
-def test_stream_error_names_the_failed_request_id(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+def test_stream_error_names_the_failed_request_id(
+    grpc_stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
     # tritonclient's callback only sees the message; the raw stream shows the id Triton sends with it.
     good = typed_request("identity-int32", "INT32", [1, 4], "int_contents", [1, 2, 3, 4])
     good.id = "good"
     bad = typed_request("identity-int32", "INT32", [1, 5], "int_contents", [1, 2, 3, 4, 5])
     bad.id = "bad"
-    replies = {reply.infer_response.id: reply for reply in stub.ModelStreamInfer(iter([good, bad]))}
+    replies = {reply.infer_response.id: reply for reply in grpc_stub.ModelStreamInfer(iter([good, bad]))}
 
     assert sorted(replies) == ["bad", "good"]
     assert replies["good"].error_message == ""
@@ -308,11 +299,11 @@ def test_stream_error_names_the_failed_request_id(stub: service_pb2_grpc.GRPCInf
     assert not replies["bad"].infer_response.outputs
 
 
-def test_digits_mlp_predicts_as_onnxruntime(client: grpcclient.InferenceServerClient) -> None:
+def test_digits_mlp_predicts_as_onnxruntime(grpc_client: grpcclient.InferenceServerClient) -> None:
     digits = load_digits()
     pixels = digits.data[:8].astype(np.float32)  # (8, 64), intensities 0..16
     outputs = [grpcclient.InferRequestedOutput("label"), grpcclient.InferRequestedOutput("probabilities")]
-    result = client.infer("digits-mlp", [tensor("pixels", pixels, "FP32")], outputs=outputs)
+    result = grpc_client.infer("digits-mlp", [tensor("pixels", pixels, "FP32")], outputs=outputs)
 
     expected = run_directly(EXAMPLES / "digits-mlp" / "1" / "model.onnx", {"pixels": pixels})
     label = result.as_numpy("label")

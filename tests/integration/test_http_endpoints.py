@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +75,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    return start_server(repository)
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.http_url) as triton:
-        yield triton
-
-
 def infer_add_sub(client: httpclient.InferenceServerClient, model: str, batch: int) -> httpclient.InferResult:
     inputs = [httpclient.InferInput(f"INPUT{i}", [batch, 16], "FP32") for i in range(2)]
     for tensor in inputs:
@@ -101,15 +90,19 @@ def infer_offset(client: httpclient.InferenceServerClient, model: str, version: 
     return answer
 
 
-def test_server_is_live_and_ready(client: httpclient.InferenceServerClient, server: ServerProcess) -> None:
-    assert client.is_server_live()
-    assert client.is_server_ready()
+def test_server_is_live_and_ready(
+    http_client: httpclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    assert http_client.is_server_live()
+    assert http_client.is_server_ready()
     for path in ("/v2/health/live", "/v2/health/ready"):
         assert server.request("GET", path).status == 200
 
 
-def test_server_metadata_names_conch_and_its_extensions(client: httpclient.InferenceServerClient) -> None:
-    metadata = client.get_server_metadata()
+def test_server_metadata_names_conch_and_its_extensions(
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    metadata = http_client.get_server_metadata()
     assert metadata["name"] == "conch"
     assert metadata["version"] == conch.__version__
     for extension in ("binary_tensor_data", "model_configuration", "statistics", "model_repository"):
@@ -118,9 +111,9 @@ def test_server_metadata_names_conch_and_its_extensions(client: httpclient.Infer
 
 @WITH_AND_WITHOUT_VERSION
 def test_model_metadata_shows_the_batch_dimension_as_minus_one(
-    client: httpclient.InferenceServerClient, version: str
+    http_client: httpclient.InferenceServerClient, version: str
 ) -> None:
-    metadata = client.get_model_metadata("add-sub", version)
+    metadata = http_client.get_model_metadata("add-sub", version)
     assert metadata == {
         "name": "add-sub",
         "versions": ["1"],
@@ -137,24 +130,26 @@ def test_model_metadata_shows_the_batch_dimension_as_minus_one(
 
 
 def test_model_metadata_of_a_non_batching_model_has_no_batch_dimension(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
-    metadata = client.get_model_metadata("fixed-shape")
+    metadata = http_client.get_model_metadata("fixed-shape")
     assert metadata["inputs"] == [{"name": "X", "datatype": "FP32", "shape": [2, 3]}]
     assert metadata["outputs"] == [{"name": "Y", "datatype": "FP32", "shape": [2, 3]}]
 
 
 def test_model_metadata_shows_a_batch_only_output_as_batch_by_one(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
-    outputs = {o["name"]: o for o in client.get_model_metadata("multi-dtype")["outputs"]}
+    outputs = {o["name"]: o for o in http_client.get_model_metadata("multi-dtype")["outputs"]}
     assert outputs["B_SUM"] == {"name": "B_SUM", "datatype": "FP64", "shape": [-1, 1]}
     assert outputs["A_PLUS_ONE"] == {"name": "A_PLUS_ONE", "datatype": "INT32", "shape": [-1, 3]}
 
 
 @WITH_AND_WITHOUT_VERSION
-def test_model_ready(client: httpclient.InferenceServerClient, server: ServerProcess, version: str) -> None:
-    assert client.is_model_ready("add-sub", version)
+def test_model_ready(
+    http_client: httpclient.InferenceServerClient, server: ServerProcess, version: str
+) -> None:
+    assert http_client.is_model_ready("add-sub", version)
     path = f"/v2/models/add-sub/versions/{version}/ready" if version else "/v2/models/add-sub/ready"
     assert server.request("GET", path).status == 200
 
@@ -177,9 +172,9 @@ def test_unknown_model_or_version_is_404_with_an_error_body(server: ServerProces
 
 @WITH_AND_WITHOUT_VERSION
 def test_model_config_is_the_written_config_with_defaults(
-    client: httpclient.InferenceServerClient, version: str
+    http_client: httpclient.InferenceServerClient, version: str
 ) -> None:
-    config = client.get_model_config("add-sub", version)
+    config = http_client.get_model_config("add-sub", version)
     assert config["name"] == "add-sub"
     assert config["platform"] == "onnxruntime_onnx"
     assert config["backend"] == "onnxruntime"
@@ -204,9 +199,9 @@ def test_model_config_json_writes_64_bit_integers_as_numbers(server: ServerProce
 
 
 def test_model_config_of_a_model_without_config_pbtxt_is_auto_completed(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
-    config = client.get_model_config("multi-dtype")
+    config = http_client.get_model_config("multi-dtype")
     assert config["name"] == "multi-dtype"
     assert config["platform"] == "onnxruntime_onnx"
     assert config["max_batch_size"] == 4  # Triton's default for a graph that can batch
@@ -220,7 +215,7 @@ def test_model_config_of_a_model_without_config_pbtxt_is_auto_completed(
     assert outputs["B_SUM"]["reshape"] == {"shape": []}
     assert outputs["B_DOUBLE"]["dims"] == [2]
     assert "reshape" not in outputs["B_DOUBLE"]
-    assert client.get_model_config("fixed-shape")["max_batch_size"] == 0
+    assert http_client.get_model_config("fixed-shape")["max_batch_size"] == 0
 
 
 def test_model_config_of_the_example_without_config_pbtxt(example_server: ServerProcess) -> None:
@@ -242,9 +237,9 @@ def served_versions() -> set[tuple[str, str]]:
 
 
 def test_repository_index_lists_every_served_version_as_ready(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
-    index = client.get_model_repository_index()
+    index = http_client.get_model_repository_index()
     assert {(entry["name"], entry["version"]) for entry in index} == served_versions()
     assert {entry["state"] for entry in index} == {"READY"}
     assert {entry["reason"] for entry in index} == {""}
@@ -292,30 +287,30 @@ def test_repository_index_refuses_a_body_it_cannot_read(server: ServerProcess, b
 
 @pytest.mark.parametrize("name", list(VERSION_POLICIES))
 def test_version_policy_decides_the_served_versions(
-    client: httpclient.InferenceServerClient, server: ServerProcess, name: str
+    http_client: httpclient.InferenceServerClient, server: ServerProcess, name: str
 ) -> None:
     served = VERSION_POLICIES[name][1]
-    assert client.get_model_metadata(name)["versions"] == served
+    assert http_client.get_model_metadata(name)["versions"] == served
     for version in ("1", "2", "3"):
-        assert client.is_model_ready(name, version) == (version in served)
+        assert http_client.is_model_ready(name, version) == (version in served)
         if version in served:
-            assert client.get_model_metadata(name, version)["versions"] == [version]
+            assert http_client.get_model_metadata(name, version)["versions"] == [version]
             np.testing.assert_array_equal(
-                infer_offset(client, name, version), [[10 + int(version), 20 + int(version)]]
+                infer_offset(http_client, name, version), [[10 + int(version), 20 + int(version)]]
             )
         else:
             assert server.request("GET", f"/v2/models/{name}/versions/{version}/ready").status == 404
             with pytest.raises(InferenceServerException) as not_served:
-                infer_offset(client, name, version)
+                infer_offset(http_client, name, version)
             assert not_served.value.status() == "404"
     latest = served[-1]
-    np.testing.assert_array_equal(infer_offset(client, name), [[10 + int(latest), 20 + int(latest)]])
+    np.testing.assert_array_equal(infer_offset(http_client, name), [[10 + int(latest), 20 + int(latest)]])
 
 
-def test_version_policies_as_config_json(client: httpclient.InferenceServerClient) -> None:
-    assert client.get_model_config("all-versions")["version_policy"] == {"all": {}}
-    assert client.get_model_config("latest-two")["version_policy"] == {"latest": {"num_versions": 2}}
-    assert client.get_model_config("specific-versions")["version_policy"] == {
+def test_version_policies_as_config_json(http_client: httpclient.InferenceServerClient) -> None:
+    assert http_client.get_model_config("all-versions")["version_policy"] == {"all": {}}
+    assert http_client.get_model_config("latest-two")["version_policy"] == {"latest": {"num_versions": 2}}
+    assert http_client.get_model_config("specific-versions")["version_policy"] == {
         "specific": {"versions": [1, 3]}
     }
 
@@ -328,15 +323,15 @@ def model_stats(
 
 
 def test_statistics_count_requests_executions_and_batch_sizes(
-    client: httpclient.InferenceServerClient, server: ServerProcess
+    http_client: httpclient.InferenceServerClient, server: ServerProcess
 ) -> None:
-    (before,) = model_stats(client, "counted")
+    (before,) = model_stats(http_client, "counted")
     assert (before["inference_count"], before["execution_count"], before["last_inference"]) == (0, 0, 0)
     assert before["batch_stats"] == []
 
     for batch in (1, 2, 2):
-        infer_add_sub(client, "counted", batch)
-    (stats,) = model_stats(client, "counted")
+        infer_add_sub(http_client, "counted", batch)
+    (stats,) = model_stats(http_client, "counted")
     assert (stats["name"], stats["version"]) == ("counted", "1")
     assert stats["inference_count"] == 5  # rows: 1 + 2 + 2
     assert stats["execution_count"] == 3
@@ -357,34 +352,36 @@ def test_statistics_count_requests_executions_and_batch_sizes(
     with pytest.raises(InferenceServerException) as failed:
         bad = httpclient.InferInput("INPUT0", [1, 3], "FP32")
         bad.set_data_from_numpy(np.zeros((1, 3), dtype=np.float32))
-        client.infer("counted", [bad])
+        http_client.infer("counted", [bad])
     assert failed.value.status() == "400"
-    (after,) = model_stats(client, "counted")
+    (after,) = model_stats(http_client, "counted")
     assert after["inference_stats"]["fail"]["count"] == 1
     assert after["inference_stats"]["success"]["count"] == 3
     assert after["inference_count"] == 5
 
-    assert model_stats(client, "counted", "1") == [after]
+    assert model_stats(http_client, "counted", "1") == [after]
     raw = server.request("GET", "/v2/models/counted/versions/1/stats").json()
     assert raw == {"model_stats": [after]}
 
 
-def test_statistics_of_all_models_list_every_served_version(client: httpclient.InferenceServerClient) -> None:
-    stats = client.get_inference_statistics()["model_stats"]
+def test_statistics_of_all_models_list_every_served_version(
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    stats = http_client.get_inference_statistics()["model_stats"]
     assert {(s["name"], s["version"]) for s in stats} == served_versions()
 
 
-def test_statistics_are_kept_per_version(client: httpclient.InferenceServerClient) -> None:
+def test_statistics_are_kept_per_version(http_client: httpclient.InferenceServerClient) -> None:
     def counts() -> dict[str, int]:
-        return {s["version"]: s["inference_count"] for s in model_stats(client, "all-versions")}
+        return {s["version"]: s["inference_count"] for s in model_stats(http_client, "all-versions")}
 
     before = counts()
-    infer_offset(client, "all-versions", "2")
-    infer_offset(client, "all-versions", "2")
-    infer_offset(client, "all-versions")  # the newest: 3
+    infer_offset(http_client, "all-versions", "2")
+    infer_offset(http_client, "all-versions", "2")
+    infer_offset(http_client, "all-versions")  # the newest: 3
     after = counts()
     assert {v: after[v] - before[v] for v in after} == {"1": 0, "2": 2, "3": 1}
-    (two,) = model_stats(client, "all-versions", "2")
+    (two,) = model_stats(http_client, "all-versions", "2")
     assert (two["version"], two["inference_count"]) == ("2", after["2"])
 
 

@@ -10,7 +10,7 @@ import gzip
 import json
 import shutil
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -61,17 +61,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    return start_server(repository)
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.http_url) as triton:
-        yield triton
-
-
-@pytest.fixture(scope="module")
 def onnxruntime_run(repository: Path) -> Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Runs ``<model>/1/model.onnx`` of the served repository directly in onnxruntime: the reference."""
     sessions: dict[str, ort.InferenceSession] = {}
@@ -117,7 +106,7 @@ def make_input(name: str, array: np.ndarray, datatype: str, binary: bool = True)
 @pytest.mark.parametrize("binary_in", [True, False], ids=["binary-in", "json-in"])
 @pytest.mark.parametrize("datatype", list(ONNX_TYPES))
 def test_every_datatype_round_trips(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
     datatype: str,
     binary_in: bool,
@@ -125,7 +114,7 @@ def test_every_datatype_round_trips(
 ) -> None:
     data = sample(datatype)
     model = identity_name(datatype)
-    result = client.infer(
+    result = http_client.infer(
         model,
         [make_input("INPUT0", data, datatype, binary_in)],
         outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out)],
@@ -146,12 +135,12 @@ def test_every_datatype_round_trips(
 
 
 def test_two_inputs_two_outputs_mixing_binary_and_json(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
 ) -> None:
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((3, 16)).astype(np.float32) for _ in range(2))
-    result = client.infer(
+    result = http_client.infer(
         "add-sub",
         [make_input("INPUT0", a, "FP32", binary=True), make_input("INPUT1", b, "FP32", binary=False)],
         outputs=[
@@ -166,10 +155,12 @@ def test_two_inputs_two_outputs_mixing_binary_and_json(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected["OUTPUT1"])
 
 
-def test_all_outputs_are_binary_when_none_is_named(client: httpclient.InferenceServerClient) -> None:
+def test_all_outputs_are_binary_when_none_is_named(http_client: httpclient.InferenceServerClient) -> None:
     # With no outputs listed, tritonclient asks for binary_data_output: true.
     ones = np.ones((1, 16), dtype=np.float32)
-    result = client.infer("add-sub", [make_input("INPUT0", ones, "FP32"), make_input("INPUT1", ones, "FP32")])
+    result = http_client.infer(
+        "add-sub", [make_input("INPUT0", ones, "FP32"), make_input("INPUT1", ones, "FP32")]
+    )
     response = result.get_response()
     assert [o["name"] for o in response["outputs"]] == ["OUTPUT0", "OUTPUT1"]
     assert all("binary_data_size" in o["parameters"] for o in response["outputs"])
@@ -178,12 +169,12 @@ def test_all_outputs_are_binary_when_none_is_named(client: httpclient.InferenceS
 
 
 def test_outputs_of_several_datatypes_and_a_batch_only_output(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
 ) -> None:
     a = np.arange(12, dtype=np.int32).reshape(4, 3)
     b = np.linspace(-1.0, 1.0, 8).reshape(4, 2)
-    result = client.infer(
+    result = http_client.infer(
         "multi-dtype", [make_input("A", a, "INT32"), make_input("B", b, "FP64", binary=False)]
     )
     expected = onnxruntime_run("multi-dtype", {"A": a, "B": b})
@@ -198,30 +189,32 @@ def test_outputs_of_several_datatypes_and_a_batch_only_output(
 
 
 def test_only_the_requested_outputs_come_back_in_the_requested_order(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
     a, b = np.full((2, 16), 5, dtype=np.float32), np.full((2, 16), 3, dtype=np.float32)
     inputs = [make_input("INPUT0", a, "FP32"), make_input("INPUT1", b, "FP32")]
-    only_difference = client.infer("add-sub", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
+    only_difference = http_client.infer(
+        "add-sub", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT1")]
+    )
     assert [o["name"] for o in only_difference.get_response()["outputs"]] == ["OUTPUT1"]
     assert only_difference.as_numpy("OUTPUT0") is None
     np.testing.assert_array_equal(only_difference.as_numpy("OUTPUT1"), a - b)
 
     reversed_order = [httpclient.InferRequestedOutput("OUTPUT1"), httpclient.InferRequestedOutput("OUTPUT0")]
-    both = client.infer("add-sub", inputs, outputs=reversed_order)
+    both = http_client.infer("add-sub", inputs, outputs=reversed_order)
     assert [o["name"] for o in both.get_response()["outputs"]] == ["OUTPUT1", "OUTPUT0"]
     np.testing.assert_array_equal(both.as_numpy("OUTPUT0"), a + b)
 
 
-def test_request_id_is_echoed(client: httpclient.InferenceServerClient) -> None:
+def test_request_id_is_echoed(http_client: httpclient.InferenceServerClient) -> None:
     ones = np.ones((1, 4), dtype=np.float32)
-    named = client.infer("identity-fp32", [make_input("INPUT0", ones, "FP32")], request_id="order-66")
+    named = http_client.infer("identity-fp32", [make_input("INPUT0", ones, "FP32")], request_id="order-66")
     assert named.get_response()["id"] == "order-66"
     assert (named.get_response()["model_name"], named.get_response()["model_version"]) == (
         "identity-fp32",
         "1",
     )
-    anonymous = client.infer("identity-fp32", [make_input("INPUT0", ones, "FP32")])
+    anonymous = http_client.infer("identity-fp32", [make_input("INPUT0", ones, "FP32")])
     assert "id" not in anonymous.get_response()
 
 
@@ -250,7 +243,7 @@ def test_plain_json_request_with_nested_data(server: ServerProcess) -> None:
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_compressed_request_bodies(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
     algorithm: str,
     binary: bool,
@@ -258,7 +251,7 @@ def test_compressed_request_bodies(
     a = np.arange(64, dtype=np.float32).reshape(4, 16)
     b = np.full((4, 16), 0.5, dtype=np.float32)
     inputs = [make_input("INPUT0", a, "FP32", binary), make_input("INPUT1", b, "FP32", binary)]
-    result = client.infer("add-sub", inputs, request_compression_algorithm=algorithm)
+    result = http_client.infer("add-sub", inputs, request_compression_algorithm=algorithm)
     expected = onnxruntime_run("add-sub", {"INPUT0": a, "INPUT1": b})
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected["OUTPUT0"])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected["OUTPUT1"])
@@ -266,11 +259,11 @@ def test_compressed_request_bodies(
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_response_compression_request_still_decodes(
-    client: httpclient.InferenceServerClient, server: ServerProcess, algorithm: str
+    http_client: httpclient.InferenceServerClient, server: ServerProcess, algorithm: str
 ) -> None:
     a = np.arange(32, dtype=np.float32).reshape(2, 16)
     inputs = [make_input("INPUT0", a, "FP32"), make_input("INPUT1", a, "FP32")]
-    result = client.infer("add-sub", inputs, response_compression_algorithm=algorithm)
+    result = http_client.infer("add-sub", inputs, response_compression_algorithm=algorithm)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
 
     # tritonclient decodes either way, so the raw reply shows that the server did compress.
@@ -333,7 +326,7 @@ def test_concurrent_requests_each_get_their_own_answer(server: ServerProcess) ->
 
 
 def test_example_iris_pipeline_matches_onnxruntime(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
 ) -> None:
     flowers = np.array(  # sepal length, sepal width, petal length, petal width (cm): 2 of each species
@@ -347,7 +340,7 @@ def test_example_iris_pipeline_matches_onnxruntime(
         ],
         dtype=np.float32,
     )
-    result = client.infer("iris-pipeline", [make_input("input", flowers, "FP32")])
+    result = http_client.infer("iris-pipeline", [make_input("input", flowers, "FP32")])
     expected = onnxruntime_run("iris-pipeline", {"input": flowers})
     np.testing.assert_array_equal(result.as_numpy("label"), expected["label"].reshape(-1, 1))
     np.testing.assert_allclose(
@@ -357,12 +350,12 @@ def test_example_iris_pipeline_matches_onnxruntime(
 
 
 def test_example_digits_mlp_matches_onnxruntime(
-    client: httpclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
     onnxruntime_run: Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]],
 ) -> None:
     digits = load_digits()
     pixels = digits.data[:16].astype(np.float32)  # 16 images of 8x8 intensities 0..16
-    result = client.infer(
+    result = http_client.infer(
         "digits-mlp",
         [make_input("pixels", pixels, "FP32", binary=False)],
         outputs=[httpclient.InferRequestedOutput("label"), httpclient.InferRequestedOutput("probabilities")],

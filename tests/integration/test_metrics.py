@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,18 +46,6 @@ def server(
         },
     )
     return start_server(root)
-
-
-@pytest.fixture(scope="module")
-def http(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    with httpclient.InferenceServerClient(server.http_url) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def grpc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        yield client
 
 
 Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
@@ -117,24 +105,26 @@ def test_the_page_is_text_0_0_4_whatever_the_scraper_asks_for(server: ServerProc
 
 
 def test_counts_after_known_successes_and_rejections_over_http_and_grpc(
-    server: ServerProcess, http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+    server: ServerProcess,
+    http_client: httpclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
     before = scrape(server.metrics_url)
     for seed in range(5):
-        infer_add_sub(http, rows=3, seed=seed)
+        infer_add_sub(http_client, rows=3, seed=seed)
     for seed in range(4):
-        infer_add_sub(grpc, rows=2, seed=seed)
+        infer_add_sub(grpc_client, rows=2, seed=seed)
     too_short = np.zeros((1, 8), dtype=np.float32)
     for _ in range(2):
         with pytest.raises(InferenceServerException) as http_error:
-            http.infer("add-sub", add_sub_inputs(httpclient.InferInput, too_short, too_short))
+            http_client.infer("add-sub", add_sub_inputs(httpclient.InferInput, too_short, too_short))
         assert http_error.value.status() == "400"
     integers = np.zeros((1, 16), dtype=np.int32)
     wrong_type = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
     for tensor in wrong_type:
         tensor.set_data_from_numpy(integers)
     with pytest.raises(InferenceServerException) as grpc_error:
-        grpc.infer("add-sub", wrong_type)
+        grpc_client.infer("add-sub", wrong_type)
     assert grpc_error.value.status() == "StatusCode.INVALID_ARGUMENT"
     after = scrape(server.metrics_url)
 
@@ -157,11 +147,11 @@ def test_counts_after_known_successes_and_rejections_over_http_and_grpc(
 
 
 def test_durations_grow_with_every_request(
-    server: ServerProcess, http: httpclient.InferenceServerClient
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
 ) -> None:
     before = scrape(server.metrics_url)
     for seed in range(3):
-        infer_add_sub(http, rows=1, seed=seed)
+        infer_add_sub(http_client, rows=1, seed=seed)
     after = scrape(server.metrics_url)
 
     def grew(name: str) -> float:
@@ -181,10 +171,10 @@ def test_durations_grow_with_every_request(
 
 
 def test_histograms_agree_with_the_counters(
-    server: ServerProcess, grpc: grpcclient.InferenceServerClient
+    server: ServerProcess, grpc_client: grpcclient.InferenceServerClient
 ) -> None:
     for seed in range(3):
-        infer_add_sub(grpc, rows=seed + 1, seed=seed)
+        infer_add_sub(grpc_client, rows=seed + 1, seed=seed)
     snapshot = scrape(server.metrics_url)
     for model in MODELS:
         success = value(snapshot, "nv_inference_request_success", model)
@@ -212,7 +202,7 @@ def test_histograms_agree_with_the_counters(
 
 
 def test_metrics_and_the_statistics_extension_both_count_the_requests_sent(
-    server: ServerProcess, http: httpclient.InferenceServerClient
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
 ) -> None:
     def statistics() -> dict[str, Any]:
         stats: dict[str, Any] = server.request("GET", "/v2/models/add-sub/stats").json()["model_stats"][0]
@@ -221,12 +211,12 @@ def test_metrics_and_the_statistics_extension_both_count_the_requests_sent(
     before, stats_before = scrape(server.metrics_url), statistics()
     started = time.perf_counter()
     for seed in range(4):
-        infer_add_sub(http, rows=2, seed=seed)
+        infer_add_sub(http_client, rows=2, seed=seed)
     round_trips_us = (time.perf_counter() - started) * 1e6
     too_short = np.zeros((1, 8), dtype=np.float32)
     for _ in range(3):
         with pytest.raises(InferenceServerException):
-            http.infer("add-sub", add_sub_inputs(httpclient.InferInput, too_short, too_short))
+            http_client.infer("add-sub", add_sub_inputs(httpclient.InferInput, too_short, too_short))
     after, stats_after = scrape(server.metrics_url), statistics()
 
     def grew(name: str, **labels: str) -> float:
@@ -287,10 +277,10 @@ def test_idle_model_reports_zeros(server: ServerProcess) -> None:
 
 
 def test_label_values_name_the_loaded_models(
-    server: ServerProcess, http: httpclient.InferenceServerClient
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
 ) -> None:
     with pytest.raises(InferenceServerException):
-        http.infer(
+        http_client.infer(
             "no-such-model", add_sub_inputs(httpclient.InferInput, *[np.zeros((1, 16), np.float32)] * 2)
         )
     snapshot = scrape(server.metrics_url)
