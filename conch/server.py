@@ -14,7 +14,7 @@ from typing import Any
 
 from conch import __version__
 from conch.core import datatypes
-from conch.core.errors import ConchError, InternalError, UnavailableError
+from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.request_validation import validate_request
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.lifecycle.load_request import check_unload_parameters, config_override
@@ -23,6 +23,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
+from conch.router.router import Route, VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class InferenceServer:
         self.options = options or ServerOptions()
         #: What loads and unloads models on request (None: the repository never changes).
         self.control = control
+        #: Which version answers each request: breakers and fallbacks.
+        self.router = VersionRouter(repository)
         self.started = False
         #: Set on SIGTERM: not ready, and new inference requests are refused while the rest finish.
         self.stopping = False
@@ -172,10 +175,14 @@ class InferenceServer:
         started = time.perf_counter_ns()
         if self.stopping:
             raise UnavailableError("server is shutting down; send the request to another replica")
-        served = self.model_version(request.model_name, request.model_version)
+        route = self.router.route(request.model_name, request.model_version)
+        if route.version is None:
+            return self._business_answer(request, route)
+        served = route.version
         stats = served.statistics
         stats.pending += 1
         self.in_flight.enter()
+        error: Exception | None = None
         try:
             inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
             scheduled = ScheduledRequest(
@@ -188,9 +195,11 @@ class InferenceServer:
             assert served.scheduler is not None
             outputs = await served.scheduler.schedule(scheduled)
         except ConchError as exc:
+            error = exc
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
             raise
         except Exception as exc:
+            error = exc
             # The client gets only the exception's type, so the server log must keep the traceback.
             log.exception("model '%s' failed on an unexpected error", request.model_name)
             stats.record_failure(time.perf_counter_ns() - started, "BACKEND")
@@ -198,6 +207,7 @@ class InferenceServer:
         finally:
             stats.pending -= 1
             self.in_flight.leave()
+            self.router.record(route, error, (time.perf_counter_ns() - started) / 1e9)
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
         return InferenceResponse(
             model_name=request.model_name,
@@ -206,6 +216,28 @@ class InferenceServer:
             outputs=[
                 Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names
             ],
+            parameters=route.parameters,
+        )
+
+    def _business_answer(self, request: InferenceRequest, route: Route) -> InferenceResponse:
+        """The BUSINESS fallback: the configured default for each row, for the outputs asked for."""
+        model = route.model
+        assert model is not None and model.fallback is not None
+        known = model.fallback.business_default
+        wanted = [o.name for o in request.outputs] or sorted(known)
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise InvalidArgumentError(
+                f"unexpected inference output(s) {unknown} for model '{model.name}'; its outputs are "
+                f"{sorted(known)}"
+            )
+        outputs = route.business_outputs(request.batch_size(model.max_batch_size > 0))
+        return InferenceResponse(
+            model_name=request.model_name,
+            model_version="",
+            id=request.id,
+            outputs=[Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in wanted],
+            parameters=route.parameters,
         )
 
 

@@ -14,13 +14,14 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 import uvloop
+from prometheus_client.registry import Collector
 
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
@@ -31,10 +32,15 @@ from conch.frontends.http.app import HttpFrontend
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
+from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.exposition import metrics_app
+from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics
 from conch.repository.model_repository import ModelRepository
+from conch.repository.object_cache import mirrored_from
+from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
+from conch.router.fallback import parse_strategy
 from conch.server import InferenceServer, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,9 @@ class ServeSettings:
     health_max_memory_ratio: float = 0.95
     health_max_gpu_memory_ratio: float = 0.90
     health_cache_secs: float = 5
+    circuit_breaker: bool = False
+    circuit_breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
+    fallback_strategy: str = ""
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -126,9 +135,15 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     options = LoadOptions(
         default_max_batch_size=settings.default_max_batch_size,
         cpu_cores=max(1, (os.cpu_count() or 1) // settings.workers),
+        breaker_defaults=settings.circuit_breaker_defaults,
+        breakers_on=settings.circuit_breaker,
+        fallback_levels=parse_strategy(settings.fallback_strategy, "--fallback-strategy"),
     )
     repository = ModelRepository(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
+    store = mirrored_from(settings.repository)
+    if store is not None:  # an s3:// repository: each poll first brings its cache up to date
+        control.before_scan = store.poll_refresh
     server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness), control)
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
@@ -158,7 +173,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     tasks = []
     if worker is None:
         assert metrics_socket is not None
-        registry = create_registry(server.all_statistics, server.repository_index)
+        registry = create_registry(server.all_statistics, server.repository_index, routing_collectors(server))
         servers.append(uvicorn_server(metrics_app(registry)))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
@@ -206,6 +221,17 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("stopped")
     if relay is not None and relay.lost.is_set():
         raise ServeError("the gRPC relay process exited; the server stopped")
+
+
+def routing_collectors(server: InferenceServer) -> list[Collector]:
+    """The circuit-breaker and fallback families, read from the served versions and the router."""
+
+    def breakers() -> list[tuple[str, str, CircuitBreaker]]:
+        return [
+            (v.name, str(v.version), v.breaker) for v in server.repository.versions() if v.breaker is not None
+        ]
+
+    return [CircuitBreakerCollector(breakers), FallbackCollector(lambda: server.router.fallbacks)]
 
 
 def control_settings(settings: ServeSettings) -> ControlSettings:

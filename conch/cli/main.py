@@ -35,7 +35,7 @@ def _setting(
     bad environment value is refused with the same message and exit status 2.
     """
     variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
-    described = f"{help} ({variable}, default {default})".lstrip()
+    described = f"{help} ({variable}, default {default or 'none'})".lstrip()
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
 
@@ -198,9 +198,75 @@ def build_parser() -> argparse.ArgumentParser:
         "0 evaluates on every call (concurrent calls still share one)",
     )
     _model_control_flags(serve)
+    _resilience_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
+
+
+def _resilience_flags(serve: argparse.ArgumentParser) -> None:
+    """Server-wide circuit-breaker defaults and fallback strategy; a model's parameters override them."""
+    _setting(
+        serve,
+        "--circuit-breaker",
+        boolean,
+        "false",
+        "give every model version a circuit breaker (a model turns its own on with any circuit_breaker.* "
+        "parameter, or off with circuit_breaker.enabled false; see conch docs lifecycle)",
+    )
+    for flag, parse, default, meaning in BREAKER_FLAGS:
+        _setting(serve, flag, parse, default, meaning)
+    _setting(
+        serve,
+        "--fallback-strategy",
+        fallback_strategy,
+        "",
+        "what answers when a model cannot: an ordered subset of MODEL, CPU and BUSINESS joined by ->, such "
+        "as MODEL->CPU->BUSINESS, for models whose FALLBACK_STRATEGY parameter does not say; empty: none",
+    )
+
+
+#: ``--circuit-breaker-*``: the defaults of the ``circuit_breaker.*`` keys (see conch docs lifecycle).
+BREAKER_FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
+    ("--circuit-breaker-failure-rate-threshold", ratio, "0.5", "share of failed calls that opens a circuit"),
+    ("--circuit-breaker-minimum-calls", at_least(1), "20", "calls in the window before a circuit may open"),
+    ("--circuit-breaker-window-calls", at_least(1), "100", "recent calls the failure rate is taken over"),
+    ("--circuit-breaker-slow-call-ms", at_least(0), "0", "a call slower than this counts as slow; 0: off"),
+    ("--circuit-breaker-slow-call-rate-threshold", ratio, "1.0", "share of slow calls that opens a circuit"),
+    ("--circuit-breaker-open-seconds", at_least(1), "30", "seconds an open circuit refuses calls"),
+    ("--circuit-breaker-half-open-calls", at_least(1), "5", "probe calls a half-open circuit lets through"),
+]
+
+
+def breaker_defaults(args: argparse.Namespace) -> Any:
+    """The ``--circuit-breaker-*`` flags as settings; raises ValueError (with the fix) when inconsistent."""
+    from conch.core.errors import ConchError
+    from conch.router.circuit_breaker import CircuitBreakerSettings
+
+    try:
+        return CircuitBreakerSettings(
+            failure_rate_threshold=args.circuit_breaker_failure_rate_threshold,
+            minimum_calls=args.circuit_breaker_minimum_calls,
+            window_calls=args.circuit_breaker_window_calls,
+            slow_call_ms=args.circuit_breaker_slow_call_ms or None,
+            slow_call_rate_threshold=args.circuit_breaker_slow_call_rate_threshold,
+            open_seconds=args.circuit_breaker_open_seconds,
+            half_open_calls=args.circuit_breaker_half_open_calls,
+        )
+    except ConchError as exc:
+        raise ValueError(exc.message.replace("parameters 'circuit_breaker.", "'--circuit-breaker-")) from None
+
+
+def fallback_strategy(text: str) -> str:
+    """A ``MODEL->CPU->BUSINESS`` strategy, checked here so a typo stops the server before it starts."""
+    from conch.core.errors import ConchError
+    from conch.router.fallback import parse_strategy
+
+    try:
+        parse_strategy(text, "--fallback-strategy")
+    except ConchError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
 
 
 def _model_control_flags(serve: argparse.ArgumentParser) -> None:
@@ -267,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     if not repository.is_dir():
         print(f"conch: model repository '{args.repository}' is not a folder", file=sys.stderr)
         return 2
+    try:
+        defaults = breaker_defaults(args)
+    except ValueError as exc:
+        print(f"conch: {exc}", file=sys.stderr)
+        return 2
     settings = serving.ServeSettings(
         repository=repository,
         host=args.host,
@@ -287,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         repository_poll_secs=args.repository_poll_secs,
         load_models=tuple(args.load_model),
         exit_timeout_secs=args.exit_timeout_secs,
+        circuit_breaker=args.circuit_breaker,
+        circuit_breaker_defaults=defaults,
+        fallback_strategy=args.fallback_strategy,
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
 from conch.backends.placement import instance_placements
-from conch.core.errors import ConchError, NotFoundError
+from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
 from conch.observability.events import emit
 from conch.observability.model_loads import record_load
@@ -30,6 +30,19 @@ from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.version_policy import select_versions, version_folders
 from conch.repository.warmup import run_warmup
+from conch.router.circuit_breaker import (
+    CircuitBreaker,
+    CircuitBreakerSettings,
+    Transition,
+    settings_from_config,
+)
+from conch.router.fallback import (
+    FallbackLevel,
+    FallbackPolicy,
+    FallbackReason,
+    policy_from_config,
+    strategy_from_config,
+)
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 
@@ -43,6 +56,11 @@ class LoadOptions:
     default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE
     #: Cores this process's models may use for their default thread counts (None: the machine's).
     cpu_cores: int | None = None
+    #: The server's ``--circuit-breaker-*`` settings, and whether ``--circuit-breaker`` turns them on.
+    breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
+    breakers_on: bool = False
+    #: The server's ``--fallback-strategy``, for models whose config does not set one.
+    fallback_levels: tuple[FallbackLevel, ...] = ()
 
 
 class ModelLoader:
@@ -83,20 +101,88 @@ class ModelLoader:
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=exc.message)
             return model
         model.config_text = text
-        numbers = select_versions(config.version_policy, version_folders(folder))
+        available = version_folders(folder)
+        numbers = select_versions(config.version_policy, available)
         if not numbers:
             model.reason = "no version folder matches the version policy"
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=model.reason)
+        try:  # the strategy first: a bad one loads nothing
+            policy = FallbackPolicy(strategy_from_config(config, self.options.fallback_levels))
+        except ConchError as exc:
+            model.reason = exc.message
+            emit(log, "model_unavailable", logging.ERROR, model=model.name, reason=exc.message)
+            return model
         for number in numbers:
-            fingerprint = version_fingerprint(folder / str(number))
-            kept = _unchanged(previous, number, text, fingerprint)
-            if kept is not None:
-                model.versions[number] = kept
-                continue
-            version = self._load_version(folder, number, config, fields)
-            version.fingerprint = fingerprint
-            model.versions[number] = version
+            model.versions[number] = self._version(folder, number, config, fields, text, previous, policy)
+        if policy.allows(FallbackLevel.MODEL) and numbers:
+            self._load_last_known_good(model, folder, available, config, fields, text, previous, policy)
+        ready = [v for _, v in sorted(model.versions.items()) if v.ready]
+        completed = ready[-1].config if ready else config
+        model.max_batch_size = completed.max_batch_size
+        model.fallback = self._policy(model, config, completed)  # the business default fits the outputs
+        if model.fallback is None:
+            _close_new(model, previous)
         return model
+
+    def _version(
+        self,
+        folder: Path,
+        number: int,
+        config: mc.ModelConfig,
+        fields: set[str],
+        text: str,
+        previous: Model | None,
+        policy: FallbackPolicy | None,
+    ) -> ModelVersion:
+        fingerprint = version_fingerprint(folder / str(number))
+        kept = _unchanged(previous, number, text, fingerprint)
+        if kept is not None:
+            return kept
+        version = self._load_version(folder, number, config, fields, policy)
+        version.fingerprint = fingerprint
+        return version
+
+    def _load_last_known_good(
+        self,
+        model: Model,
+        folder: Path,
+        available: list[int],
+        config: mc.ModelConfig,
+        fields: set[str],
+        text: str,
+        previous: Model | None,
+        policy: FallbackPolicy,
+    ) -> None:
+        """The MODEL fallback's version: the newest earlier one that loads, kept outside the policy.
+
+        When every version the policy names failed, it stands in for them (requests go to it, marked);
+        otherwise it waits as a standby for the day the newest version's circuit opens.
+        """
+        newest_failed = not any(v.ready for v in model.versions.values())
+        reason = _failure_reason(model) if newest_failed else None
+        for number in sorted((n for n in available if n < min(model.versions)), reverse=True):
+            version = self._version(folder, number, config, fields, text, previous, policy)
+            if not version.ready:
+                continue
+            version.stands_in = reason
+            version.standby = not newest_failed
+            version.reason = (
+                f"standing in for newer versions that failed ({reason.value})"
+                if reason
+                else "standby: the MODEL fallback's last known good version"
+            )
+            model.versions[number] = version
+            if reason is not None:
+                model.degraded = f"version {number} stands in for newer versions that failed ({reason.value})"
+            return
+
+    def _policy(self, model: Model, config: mc.ModelConfig, outputs: mc.ModelConfig) -> FallbackPolicy | None:
+        try:
+            return policy_from_config(config, self.options.fallback_levels, outputs)
+        except ConchError as exc:
+            model.reason = exc.message  # a bad strategy or business default fails the whole model
+            emit(log, "model_unavailable", logging.ERROR, model=model.name, reason=exc.message)
+            return None
 
     @staticmethod
     def _config(folder: Path, override: mc.ModelConfig | None) -> tuple[mc.ModelConfig, set[str], str]:
@@ -112,7 +198,12 @@ class ModelLoader:
         return config, fields_set_in_text(config, text), text
 
     def _load_version(
-        self, folder: Path, number: int, base: mc.ModelConfig, fields: set[str]
+        self,
+        folder: Path,
+        number: int,
+        base: mc.ModelConfig,
+        fields: set[str],
+        policy: FallbackPolicy | None = None,
     ) -> ModelVersion:
         config = mc.ModelConfig()
         config.CopyFrom(base)
@@ -133,6 +224,10 @@ class ModelLoader:
             sessions = [session] + [
                 ort_backend.open_session(model_file, config, p, cores) for p in placements[1:]
             ]
+            wanted_gpus = sum(p.gpu for p in placements)
+            if wanted_gpus and not ort_backend.gpu_available():
+                self._on_cpu_instead(version, wanted_gpus, policy)
+            version.breaker = self._breaker(version, config)
             instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
             run_warmup(list(instances), config, folder)
             version.scheduler = create_scheduler(
@@ -150,18 +245,70 @@ class ModelLoader:
             )
             return version
         version.state = ModelState.READY
-        wanted_gpus = sum(p.gpu for p in placements)
-        if wanted_gpus and not ort_backend.gpu_available():
-            version.statistics.gpu_fallback_instances = wanted_gpus
-            log.warning(
-                "model '%s' version %d asks for %d GPU instance(s) but this ONNX Runtime has no CUDA "
-                "provider (install onnxruntime-gpu); they run on the CPU",
-                folder.name,
-                number,
-                wanted_gpus,
-            )
         log.info("model '%s' version %d is READY (%s)", folder.name, number, ", ".join(map(str, placements)))
         return version
+
+    @staticmethod
+    def _on_cpu_instead(version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None) -> None:
+        """KIND_GPU without CUDA: the CPU fallback when the strategy allows it, else a failed load."""
+        if policy is None or not policy.allows(FallbackLevel.CPU):
+            raise UnavailableError(
+                f"the config asks for {wanted_gpus} KIND_GPU instance(s) but this ONNX Runtime has no CUDA "
+                "provider: install onnxruntime-gpu on a machine with a GPU, use KIND_CPU, or add CPU to "
+                "FALLBACK_STRATEGY to run on the CPU instead"
+            )
+        version.statistics.gpu_fallback_instances = wanted_gpus
+        version.fallback_marker = (FallbackLevel.CPU, FallbackReason.GPU_UNAVAILABLE)
+        emit(
+            log,
+            "fallback",
+            logging.WARNING,
+            model=version.name,
+            version=version.version,
+            level=FallbackLevel.CPU.value,
+            reason=FallbackReason.GPU_UNAVAILABLE.value,
+            gpu_instances=wanted_gpus,
+        )
+
+    def _breaker(self, version: ModelVersion, config: mc.ModelConfig) -> CircuitBreaker | None:
+        settings = settings_from_config(
+            config, self.options.breaker_defaults, on_by_default=self.options.breakers_on
+        )
+        if settings is None:
+            return None
+
+        def report(change: Transition) -> None:
+            emit(
+                log,
+                "circuit_breaker_transition",
+                logging.WARNING,
+                model=version.name,
+                version=version.version,
+                from_state=change.from_state.label,
+                to=change.to_state.label,
+                failure_rate=change.failure_rate,
+                slow_call_rate=change.slow_call_rate,
+            )
+
+        return CircuitBreaker(settings, on_transition=report)
+
+
+def _close_new(model: Model, previous: Model | None) -> None:
+    """A model refused after its versions were built: stop what this load started, serve nothing new."""
+    kept = {id(v) for v in previous.versions.values()} if previous else set()
+    for version in model.versions.values():
+        if id(version) not in kept and version.scheduler is not None:
+            version.scheduler.close()
+    model.versions.clear()
+
+
+def _failure_reason(model: Model) -> FallbackReason:
+    reasons = " ".join(v.reason for v in model.versions.values())
+    return (
+        FallbackReason.WARMUP_FAILED
+        if "warm-up" in reasons or "warmup" in reasons
+        else FallbackReason.LOAD_FAILED
+    )
 
 
 def _unchanged(previous: Model | None, number: int, text: str, fingerprint: str) -> ModelVersion | None:

@@ -12,12 +12,15 @@ import logging
 from typing import Any
 
 
-def emit(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log ``event`` with ``fields`` (JSON-friendly values) as one record."""
-    if not logger.isEnabledFor(level):
+def emit(logger: logging.Logger, event: str, severity: int = logging.INFO, /, **fields: Any) -> None:
+    """Log ``event`` with ``fields`` (JSON-friendly values) as one record at ``severity``.
+
+    The first three are positional only, so a field may be called ``level`` (a fallback's level).
+    """
+    if not logger.isEnabledFor(severity):
         return
     text = " ".join(f"{key}={_text(value)}" for key, value in fields.items())
-    logger.log(level, "%s %s", event, text, extra={"event": event, "fields": fields}, stacklevel=2)
+    logger.log(severity, "%s %s", event, text, extra={"event": event, "fields": fields}, stacklevel=2)
 
 
 def _text(value: Any) -> str:

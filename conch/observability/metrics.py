@@ -133,6 +133,7 @@ class ModelReadinessCollector(Collector):
 def create_registry(
     statistics: Callable[[], Iterable[ModelStatistics]],
     index: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
+    more: Iterable[Collector] = (),
 ) -> CollectorRegistry:
     """A registry with the inference statistics, model loads, host and GPU gauges, and the process's
     own figures; with ``index`` (the repository index, read at each scrape) also each version's
@@ -142,6 +143,8 @@ def create_registry(
     if index is not None:
         registry.register(ModelReadinessCollector(index))
     registry.register(ModelLoadCollector())
+    for collector in more:  # the serving process's own: circuit breakers and fallbacks
+        registry.register(collector)
     registry.register(HostCollector())
     ProcessCollector(registry=registry)
     return registry

@@ -9,6 +9,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.statistics import ModelStatistics
+from conch.router.circuit_breaker import CircuitBreaker
+from conch.router.fallback import FallbackLevel, FallbackPolicy, FallbackReason
 from conch.scheduling.scheduler import Scheduler
 
 
@@ -36,6 +38,14 @@ class ModelVersion:
     max_batch_size_completed: bool = False
     #: The version folder's files when it was loaded (:mod:`conch.lifecycle.fingerprint`).
     fingerprint: str = ""
+    #: This version's circuit breaker (None: it has none).
+    breaker: CircuitBreaker | None = None
+    #: The fallback every answer of this version is (``CPU``, ``gpu_unavailable``), or (None, None).
+    fallback_marker: tuple[FallbackLevel | None, FallbackReason | None] = (None, None)
+    #: Why this earlier version serves in place of newer ones that failed (the ``MODEL`` fallback).
+    stands_in: FallbackReason | None = None
+    #: Loaded outside the version policy for the ``MODEL`` fallback only: not served on its own.
+    standby: bool = False
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.name, str(self.version))
@@ -58,10 +68,19 @@ class Model:
     unloaded: bool = False
     #: Why a reload failed while earlier versions kept serving: still READY for strict readiness.
     degraded: str = ""
+    #: The fallback policy from the config (None: the config could not be read).
+    fallback: FallbackPolicy | None = None
+    #: The config's ``max_batch_size`` once completed (-1: unknown, the config failed).
+    max_batch_size: int = -1
 
     @property
     def ready_versions(self) -> list[ModelVersion]:
-        return [v for _, v in sorted(self.versions.items()) if v.ready]
+        """The READY versions that serve on their own, oldest first (standbys are not among them)."""
+        return [v for _, v in sorted(self.versions.items()) if v.ready and not v.standby]
+
+    def fallback_versions(self, below: int) -> list[ModelVersion]:
+        """READY versions older than ``below``, standbys included, oldest first: the MODEL fallback's."""
+        return [v for n, v in sorted(self.versions.items()) if v.ready and n < below]
 
     @property
     def state(self) -> ModelState:

@@ -1,4 +1,5 @@
-"""Instance groups end to end: CPU counts, and KIND_GPU falling back to the CPU with a metric."""
+"""Instance groups end to end: CPU counts, and KIND_GPU falling back to the CPU (the CPU fallback) with a
+metric."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ GPU_CONFIG = """
 name: "on-gpu"
 max_batch_size: 8
 instance_group [ { count: 2 kind: KIND_GPU } ]
+parameters { key: "FALLBACK_STRATEGY" value { string_value: "CPU" } }
 """
 CPU_CONFIG = """
 name: "two-cpu"
@@ -73,7 +75,7 @@ def test_a_gpu_model_without_cuda_serves_on_the_cpu_and_says_so(server: ServerPr
     assert client.is_model_ready("on-gpu")
     infer(client, "on-gpu", seed=1)
     assert gpu_fallback(server) == {"on-gpu": 2.0, "two-cpu": 0.0}
-    assert "asks for 2 GPU instance(s)" in server.log()
+    assert "fallback model=on-gpu version=1 level=CPU reason=gpu_unavailable gpu_instances=2" in server.log()
 
 
 def test_cpu_instances_serve_concurrent_requests(server: ServerProcess) -> None:

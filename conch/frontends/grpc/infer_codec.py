@@ -64,6 +64,8 @@ def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
+    for key, value in response.parameters.items():
+        message.parameters[key].string_param = str(value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         message.raw_output_contents.append(bytes(codecs.to_bytes(tensor.data)))

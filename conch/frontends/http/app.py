@@ -127,7 +127,7 @@ class HttpFrontend:
         raise NotFoundError(f"no route for {scope['path']}")
 
     async def _infer(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
-        self.server.model_version(name, version)  # 404/503 before reading a large body
+        self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
         body = await read_body(scope, receive, self.max_body_bytes)
         header_length = _header_length(scope)
         request = infer_codec.decode_request(body, header_length, name, version)
@@ -140,6 +140,8 @@ class HttpFrontend:
                 (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
                 (b"inference-header-content-length", str(json_length).encode()),
             ]
+        if "fallback_level" in response.parameters:
+            headers.append((b"conch-fallback", str(response.parameters["fallback_level"]).encode()))
         payload, encoding = compress_for(scope, payload)
         if encoding is not None:
             headers.append((b"content-encoding", encoding))

@@ -74,6 +74,8 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
+    if response.parameters:
+        document["parameters"] = response.parameters
     document["outputs"] = outputs
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:

@@ -1,0 +1,149 @@
+"""The three-level fallback: previous version, then CPU, then a business default.
+
+A model's ``FALLBACK_STRATEGY`` parameter (or the server's ``--fallback-strategy``) is an ordered
+``->``-separated subset of the levels, ``MODEL->CPU->BUSINESS`` for example; none is the default.
+
+- ``MODEL``: the newest version failed to load or warm up, or its circuit is open; requests that name
+  no version go to the newest earlier version that serves (the last known good one).
+- ``CPU``: a ``KIND_GPU`` instance cannot be created; the version runs on CPU instances instead.
+  Without it, such a version fails to load, as in Triton.
+- ``BUSINESS``: nothing can serve; the answer is ``FALLBACK_BUSINESS_DEFAULT``, a JSON object of output
+  name to the values of one row (shaped like the config's output dims), repeated for each request row.
+
+This module holds the rules and their parsing; :mod:`conch.router.router` applies them per request.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.core import datatypes
+from conch.core.errors import InvalidArgumentError
+
+STRATEGY_PARAMETER = "FALLBACK_STRATEGY"
+BUSINESS_DEFAULT_PARAMETER = "FALLBACK_BUSINESS_DEFAULT"
+
+
+class FallbackLevel(enum.Enum):
+    MODEL = "MODEL"
+    CPU = "CPU"
+    BUSINESS = "BUSINESS"
+
+
+class FallbackReason(enum.Enum):
+    """Why a fallback answered: the fixed set that ``conch_fallback_total``'s ``reason`` takes."""
+
+    LOAD_FAILED = "load_failed"
+    WARMUP_FAILED = "warmup_failed"
+    CIRCUIT_OPEN = "circuit_open"
+    GPU_UNAVAILABLE = "gpu_unavailable"
+    DEVICE_ERROR = "device_error"
+    NO_VERSION = "no_version"
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """A model's strategy and, with ``BUSINESS``, its default answer for one row by output name."""
+
+    levels: tuple[FallbackLevel, ...] = ()
+    business_default: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def allows(self, level: FallbackLevel) -> bool:
+        return level in self.levels
+
+
+def parse_strategy(text: str, where: str = STRATEGY_PARAMETER) -> tuple[FallbackLevel, ...]:
+    """``"MODEL->CPU->BUSINESS"`` as levels; an unknown or repeated level is refused by name."""
+    if not text.strip() or text.strip().upper() == "NONE":
+        return ()
+    levels = []
+    for part in text.split("->"):
+        name = part.strip().upper()
+        try:
+            level = FallbackLevel(name)
+        except ValueError:
+            allowed = "->".join(level.value for level in FallbackLevel)
+            raise InvalidArgumentError(
+                f"{where} has the unknown level '{part.strip()}'; use an ordered subset of {allowed}, "
+                "separated by '->'"
+            ) from None
+        if level in levels:
+            raise InvalidArgumentError(f"{where} names {name} twice")
+        levels.append(level)
+    return tuple(levels)
+
+
+def strategy_from_config(
+    config: mc.ModelConfig, default: tuple[FallbackLevel, ...]
+) -> tuple[FallbackLevel, ...]:
+    """The config's ``FALLBACK_STRATEGY``, or the server's ``default`` when it sets none."""
+    if STRATEGY_PARAMETER not in config.parameters:
+        return default
+    return parse_strategy(config.parameters[STRATEGY_PARAMETER].string_value)
+
+
+def policy_from_config(
+    config: mc.ModelConfig, default: tuple[FallbackLevel, ...], outputs: mc.ModelConfig | None = None
+) -> FallbackPolicy:
+    """The model's policy: its own strategy or the server's, and its business default checked against
+    the outputs of ``outputs`` (the completed config of a version; ``config`` itself by default)."""
+    levels = strategy_from_config(config, default)
+    has_default = BUSINESS_DEFAULT_PARAMETER in config.parameters
+    if FallbackLevel.BUSINESS in levels and not has_default:
+        raise InvalidArgumentError(
+            f"{STRATEGY_PARAMETER} includes BUSINESS but the config has no {BUSINESS_DEFAULT_PARAMETER} "
+            "parameter: give it as a JSON object of output name to one row's values"
+        )
+    business = business_default(config, outputs or config) if has_default else {}
+    return FallbackPolicy(levels, business)
+
+
+def business_default(config: mc.ModelConfig, completed: mc.ModelConfig) -> dict[str, np.ndarray]:
+    """``FALLBACK_BUSINESS_DEFAULT`` read and checked against ``completed``'s outputs, one row each."""
+    text = config.parameters[BUSINESS_DEFAULT_PARAMETER].string_value
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"{BUSINESS_DEFAULT_PARAMETER} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidArgumentError(
+            f"{BUSINESS_DEFAULT_PARAMETER} must be a JSON object of output name to values"
+        )
+    outputs = {entry.name: entry for entry in completed.output}
+    missing = sorted(outputs.keys() - body.keys())
+    unknown = sorted(body.keys() - outputs.keys())
+    if unknown or missing:
+        raise InvalidArgumentError(
+            f"{BUSINESS_DEFAULT_PARAMETER} must give exactly the model's outputs {sorted(outputs)}; "
+            f"unknown: {unknown}, missing: {missing}"
+        )
+    return {name: _row(name, body[name], outputs[name]) for name in sorted(outputs)}
+
+
+def business_outputs(default: Mapping[str, np.ndarray], rows: int, batching: bool) -> dict[str, np.ndarray]:
+    """The default answer for a request of ``rows`` rows (no batch dimension when not batching)."""
+    if not batching:
+        return dict(default)
+    return {name: np.repeat(row[np.newaxis, ...], rows, axis=0) for name, row in default.items()}
+
+
+def _row(name: str, values: object, output: mc.ModelOutput) -> np.ndarray:
+    dims = [1 if d == -1 else int(d) for d in output.dims]
+    datatype = datatypes.from_config_type(output.data_type)
+    try:
+        array = np.asarray(values, dtype=object if datatype.name == "BYTES" else datatype.numpy)
+        shaped = array.reshape(dims)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"{BUSINESS_DEFAULT_PARAMETER}: output '{name}' needs {datatype.name} values of shape {dims} "
+            f"(one row), got {json.dumps(values)[:80]}"
+        ) from None
+    if datatype.name == "BYTES":
+        shaped = np.vectorize(lambda v: str(v).encode(), otypes=[object])(shaped)
+    return shaped

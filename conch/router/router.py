@@ -1,0 +1,146 @@
+"""Picks the version that answers a request: the newest READY one, unless its circuit or the fallback say not.
+
+The lifecycle decides which versions exist; this decides, per request, which one answers:
+
+1. A request that names a version gets that version (404/503 as before), through its breaker.
+2. A request that names none gets the newest READY version. When that version's circuit is open, or a
+   newer version failed to load, the model's fallback policy (:mod:`conch.router.fallback`) may send
+   it to the newest earlier version (``MODEL``), or answer the business default (``BUSINESS``).
+3. Without a fallback, an open circuit answers 503 at once: a failing version fails fast.
+
+Each fallback answer is marked (``fallback_level``, ``fallback_reason``) and counted in
+``conch_fallback_total``; a fallback is logged as one event when it starts, then every ``LOG_EVERY_S``
+with the number of answers since.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from conch.core.errors import UnavailableError
+from conch.observability.events import emit
+from conch.repository.model import Model, ModelVersion
+from conch.repository.model_repository import ModelRepository
+from conch.router.circuit_breaker import CallOutcome
+from conch.router.fallback import FallbackLevel, FallbackReason, business_outputs
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two log records of the same ongoing fallback.
+LOG_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes: a version, or the business default; and the fallback that chose it."""
+
+    version: ModelVersion | None
+    level: FallbackLevel | None = None
+    reason: FallbackReason | None = None
+    model: Model | None = None
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The response parameters a fallback answer carries (none for a normal answer)."""
+        if self.level is None or self.reason is None:
+            return {}
+        return {"fallback_level": self.level.value, "fallback_reason": self.reason.value}
+
+    def business_outputs(self, rows: int) -> dict[str, np.ndarray]:
+        assert self.model is not None and self.model.fallback is not None
+        batching = self.model.max_batch_size > 0
+        return business_outputs(self.model.fallback.business_default, rows, batching)
+
+
+class VersionRouter:
+    """Routes requests of one repository; counts the fallbacks it takes."""
+
+    def __init__(self, repository: ModelRepository, clock: Callable[[], float] = time.monotonic) -> None:
+        self.repository = repository
+        self.clock = clock
+        #: (model, version, level, reason) -> answers; ``conch_fallback_total`` reads it.
+        self.fallbacks: Counter[tuple[str, str, str, str]] = Counter()
+        self._logged_at: dict[tuple[str, str, str, str], tuple[float, int]] = {}
+
+    def route(self, name: str, version: str = "") -> Route:
+        model = self.repository.model(name)
+        policy = model.fallback
+        if version:
+            served = model.ready_version(version)
+            if self._allowed(served):
+                return self._marked(model, Route(served, *served.fallback_marker))
+            return self._instead(model, served, FallbackReason.CIRCUIT_OPEN, allow_model=False)
+        ready = model.ready_versions
+        if not ready:
+            if policy is not None and policy.allows(FallbackLevel.BUSINESS) and model.max_batch_size >= 0:
+                return self._marked(model, Route(None, FallbackLevel.BUSINESS, _why_nothing(model), model))
+            model.version("")  # the usual 503, with the reasons
+        newest = ready[-1]
+        if not self._allowed(newest):
+            return self._instead(model, newest, FallbackReason.CIRCUIT_OPEN, allow_model=True)
+        if newest.stands_in is not None:
+            return self._marked(model, Route(newest, FallbackLevel.MODEL, newest.stands_in))
+        return self._marked(model, Route(newest, *newest.fallback_marker))
+
+    def record(self, route: Route, error: Exception | None, seconds: float) -> None:
+        """The outcome of a routed call, for its version's breaker."""
+        version = route.version
+        if version is not None and version.breaker is not None:
+            version.breaker.record(self.clock(), CallOutcome.of(error), seconds)
+
+    def _allowed(self, version: ModelVersion) -> bool:
+        return version.breaker is None or version.breaker.allow(self.clock())
+
+    def _instead(
+        self, model: Model, failing: ModelVersion, reason: FallbackReason, allow_model: bool
+    ) -> Route:
+        policy = model.fallback
+        if policy is not None and allow_model and policy.allows(FallbackLevel.MODEL):
+            for older in reversed(model.fallback_versions(below=failing.version)):
+                if self._allowed(older):
+                    return self._marked(model, Route(older, FallbackLevel.MODEL, reason))
+        if policy is not None and policy.allows(FallbackLevel.BUSINESS):
+            return self._marked(model, Route(None, FallbackLevel.BUSINESS, reason, model))
+        settings = failing.breaker.settings if failing.breaker else None
+        wait = f"; it lets a few calls through again after {settings.open_seconds:g} s" if settings else ""
+        raise UnavailableError(
+            f"model '{model.name}' version {failing.version} is failing and its circuit breaker is open"
+            f"{wait}; add MODEL or BUSINESS to FALLBACK_STRATEGY to answer from elsewhere meanwhile"
+        )
+
+    def _marked(self, model: Model, route: Route) -> Route:
+        if route.level is None or route.reason is None:
+            return route
+        version = str(route.version.version) if route.version else ""
+        key = (model.name, version, route.level.value, route.reason.value)
+        self.fallbacks[key] += 1
+        # One record when a fallback starts, then one per LOG_EVERY_S with the answers since: every
+        # answer's own record would flood the log exactly when something is already wrong.
+        now = self.clock()
+        logged_at, count_then = self._logged_at.get(key, (-LOG_EVERY_S, 0))
+        if now - logged_at >= LOG_EVERY_S:
+            self._logged_at[key] = (now, self.fallbacks[key])
+            emit(
+                log,
+                "fallback",
+                logging.WARNING,
+                model=model.name,
+                version=version,
+                level=route.level.value,
+                reason=route.reason.value,
+                answers=self.fallbacks[key] - count_then,
+            )
+        return route
+
+
+def _why_nothing(model: Model) -> FallbackReason:
+    failed = [v for v in model.versions.values() if not v.ready]
+    if any("warm-up" in v.reason or "warmup" in v.reason for v in failed):
+        return FallbackReason.WARMUP_FAILED
+    return FallbackReason.LOAD_FAILED if failed or model.reason else FallbackReason.NO_VERSION
