@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         at_least(1),
         "1000",
         "GET /v2/health/deep: milliseconds each READY model has to answer its probe inference (and the "
-        "longest event-loop turn) before the server is unhealthy (see conch docs deep-health)",
+        "longest event-loop turn) before the server is unhealthy (see conch docs lifecycle)",
     )
     _setting(
         serve,

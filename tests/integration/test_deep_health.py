@@ -1,4 +1,4 @@
-"""``GET /v2/health/deep`` on a real server (``docs/deep-health.md``): every READY model answers a probe
+"""``GET /v2/health/deep`` on a real server (``docs/lifecycle.md``): every READY model answers a probe
 inference, the event loop turns, memory is under its ratio; 503 names every failed check.
 
 The slow model is :func:`counting_loop_model` whose warm-up sample counts to three million (about
