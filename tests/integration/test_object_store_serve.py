@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.fixtures.onnx_models import add_sub_model, write_repository
+from tests.fixtures.onnx_models import add_sub_model, scale_model, write_repository
 from tests.integration.s3_store import BUCKET, FOREIGN_AWS_VARIABLES, MotoS3, running_moto
 from tests.integration.server_process import ServerProcess
 
@@ -97,3 +98,29 @@ def test_bad_credentials_exit_1_without_echoing_the_secret(moto: MotoS3, tmp_pat
     assert lines[0].startswith("conch: the object store refused the credentials for s3://"), lines[0]
     assert "SignatureDoesNotMatch" in lines[0]
     assert secret not in done.stderr and moto.credentials["AWS_ACCESS_KEY_ID"] not in done.stderr
+
+
+def test_poll_mode_serves_a_version_uploaded_while_it_runs(moto: MotoS3, tmp_path: Path) -> None:
+    """``conch serve s3://... --model-control-mode poll``: the cache is refreshed before each scan."""
+    local = write_repository(
+        tmp_path / "upload", {"scaled": (scale_model(1.0), 'name: "scaled"\nmax_batch_size: 4')}
+    )
+    moto.upload_folder(local, "polled")
+    args = [moto.url("polled"), "--model-cache-dir", str(tmp_path / "cache")]
+    args += ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
+    server = ServerProcess(None, args, environment(moto, tmp_path)).start(tmp_path)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        moto.put("polled/scaled/2/model.onnx", scale_model(2.0).SerializeToString())
+        deadline = time.monotonic() + 60
+        while client.get_model_metadata("scaled")["versions"] != ["2"]:  # the default policy: latest 1
+            assert time.monotonic() < deadline, server.log()[-3000:]
+            time.sleep(0.2)
+        request = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        request.set_data_from_numpy(np.ones((1, 4), np.float32))
+        result = client.infer("scaled", [request])
+    finally:
+        assert server.stop() == 0, server.log()
+
+    assert result.get_response()["model_version"] == "2"
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), 2.0, np.float32))
