@@ -1,6 +1,7 @@
 # Two commands: `make serve` sets up and serves the bundled example repository; `make test` sets up
 # and runs the tests. Both create .venv on first use. `make bench` compares conch with Triton, MLServer
-# and a naive server on this machine (~10 minutes; see bench/README.md; BENCH_ARGS="--quick" etc.).
+# and a naive server on this machine (3 alternating rounds, about 25 minutes; BENCH_ARGS="--quick" for one
+# round; see bench/README.md).
 PYTHON ?= python3
 VENV := .venv
 # Serving needs the runtime dependencies only: the bundled models are ONNX files already built.
