@@ -127,7 +127,7 @@ def test_conch_docs_unknown_topic_names_the_closest(tmp_path: Path) -> None:
 
 DEBUG_LINE = "DEBUG conch.serving: serve settings: ServeSettings("
 INFO_LINE = "INFO conch.serving: loading model repository"
-EMPTY_WARNING = "WARNING conch.repository.model_repository: model repository"
+EMPTY_WARNING = "WARNING conch.lifecycle.model_control: model repository"
 
 
 @pytest.mark.parametrize(
