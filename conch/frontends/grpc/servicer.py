@@ -6,7 +6,7 @@ Errors leave through :func:`_abort` only, which maps a :class:`ConchError` kind 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -85,21 +85,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
-        try:
-            await self.server.load_model(request.model_name, _parameters(request.parameters))
-        except ConchError as exc:
-            await _abort(context, exc)
-            raise
+        await _awaited(context, self.server.load_model(request.model_name, _parameters(request.parameters)))
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
-        try:
-            await self.server.unload_model(request.model_name, _parameters(request.parameters))
-        except ConchError as exc:
-            await _abort(context, exc)
-            raise
+        await _awaited(context, self.server.unload_model(request.model_name, _parameters(request.parameters)))
         return pb.RepositoryModelUnloadResponse()
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
@@ -147,6 +139,15 @@ def _parameters(parameters: Any) -> dict[str, Any]:
 async def _call(context: Any, produce: Callable[[], T]) -> T:
     try:
         return produce()
+    except ConchError as exc:
+        await _abort(context, exc)
+        raise
+
+
+async def _awaited(context: Any, work: Awaitable[T]) -> T:
+    """``await work``; a ConchError ends the call with its status, as :func:`_call` does."""
+    try:
+        return await work
     except ConchError as exc:
         await _abort(context, exc)
         raise
