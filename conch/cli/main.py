@@ -39,14 +39,6 @@ def _setting(
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
 
-def _log_format(text: str) -> str:
-    """One of :data:`LOG_FORMATS`, in any case."""
-    name = text.strip().lower()
-    if name not in LOG_FORMATS:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_FORMATS)}, got '{text}'")
-    return name
-
-
 #: Triton's --model-control-mode values (conch.lifecycle.model_control.ControlMode).
 CONTROL_MODES = ("none", "poll", "explicit")
 
@@ -160,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _setting(
         serve,
         "--log-format",
-        _log_format,
+        choice(LOG_FORMATS),
         "auto",
         "how log records are written: json (one JSON object per line, with each event's fields), text, "
         "or auto (text when stderr is a terminal, else json)",
