@@ -1,0 +1,320 @@
+"""The quality gate's figures and its judgement: pure rules, no clock, no request, no I/O.
+
+A release step is judged on its own traffic. :class:`StepFigures` counts it as it comes (answers and
+server errors per version, latencies, shadow comparisons); :func:`judge` turns a snapshot of those
+figures, :class:`GateFigures`, into a :class:`Judgement` against :class:`GateLimits`;
+:class:`GateTracker` counts consecutive failed judgements up to the release's ``failure_threshold``.
+With ``judge: prometheus`` the same :class:`GateFigures` come from Prometheus instead
+(:mod:`conch.release.prometheus_judge`), so both gates share one set of rules.
+
+The four checks, once both versions have ``min_requests`` answers:
+
+- ``error_rate_increase``: candidate's server-error rate minus the baseline's, at most the limit;
+- ``p95_increase``: candidate P95 / baseline P95 - 1, at most the limit;
+- ``agreement``: share of compared requests whose predictions agree, at least the limit;
+- ``drift_fraction``: share of drift-scored requests whose drift is above ``drift_threshold``, at most
+  the limit.
+
+Before ``min_requests`` no check can fail: a handful of answers says nothing. A check without data
+(no comparison yet, no successful answer to time) is pending, not failed.
+
+**P95.** Latencies go into a log-bucketed sketch (:class:`LatencySketch`, DDSketch's idea): bucket
+bounds grow by a factor ``gamma``, so any quantile is known within :data:`LATENCY_RELATIVE_ERROR`
+(0.5%) of a true sample value, whatever the distribution and however many requests, in a few hundred
+integers. A P95 rise of 20% is therefore judged within about 1%. A reservoir sample would need
+thousands of stored values for that, and its error depends on the distribution's tail; Prometheus's
+latency buckets (a factor 2 to 2.5 apart) are far too coarse for a local judgement.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from conch.release.compare import Comparison
+
+#: Largest relative error of a quantile read from :class:`LatencySketch`.
+LATENCY_RELATIVE_ERROR = 0.005
+_GAMMA = (1 + LATENCY_RELATIVE_ERROR) / (1 - LATENCY_RELATIVE_ERROR)
+_LOG_GAMMA = math.log(_GAMMA)
+#: Latencies are clamped to this range, which bounds the sketch to about 2,200 buckets.
+_MIN_SECONDS, _MAX_SECONDS = 1e-6, 3600.0
+
+
+class Role(enum.StrEnum):
+    """Which side of the release answered."""
+
+    BASELINE = "baseline"
+    CANDIDATE = "candidate"
+
+
+class LatencySketch:
+    """Counts of latencies in buckets ``(gamma**(i-1), gamma**i]``; quantiles within 0.5%."""
+
+    __slots__ = ("_buckets", "count")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, int] = {}
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        """Count one latency."""
+        clamped = min(max(seconds, _MIN_SECONDS), _MAX_SECONDS)
+        index = math.ceil(math.log(clamped) / _LOG_GAMMA)
+        self._buckets[index] = self._buckets.get(index, 0) + 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float | None:
+        """The nearest-rank ``q`` quantile (the ``ceil(q * count)``-th smallest), None when empty."""
+        if self.count == 0:
+            return None
+        rank = max(1, math.ceil(q * self.count))
+        seen = 0
+        for index in sorted(self._buckets):
+            seen += self._buckets[index]
+            if seen >= rank:
+                break
+        # The point of the bucket whose relative distance to both bounds is LATENCY_RELATIVE_ERROR.
+        return 2 * _GAMMA**index / (_GAMMA + 1)
+
+
+@dataclass(frozen=True)
+class VersionFigures:
+    """One version's answers in the step: how many, how many server errors, and their P95."""
+
+    requests: float
+    server_errors: float
+    p95_s: float | None
+
+    @property
+    def error_rate(self) -> float | None:
+        """Server errors per answer; None before any answer."""
+        return self.server_errors / self.requests if self.requests > 0 else None
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """Everything :func:`judge` reads. Counts are floats because Prometheus's ``increase()`` is.
+
+    ``drift_scored`` counts compared requests that had a float output (so a drift), and ``drifted``
+    those whose drift was above the threshold.
+    """
+
+    baseline: VersionFigures
+    candidate: VersionFigures
+    compared: float = 0
+    agreements: float = 0
+    drift_scored: float = 0
+    drifted: float = 0
+
+
+@dataclass
+class _VersionTally:
+    requests: int = 0
+    server_errors: int = 0
+    latencies: LatencySketch = field(default_factory=LatencySketch)
+
+    def figures(self) -> VersionFigures:
+        return VersionFigures(self.requests, self.server_errors, self.latencies.quantile(0.95))
+
+
+class StepFigures:
+    """One step's traffic as it comes, for the local gate. Make a new one (or :meth:`reset`) per step.
+
+    Record answers that the version is responsible for: successes and server errors. A client error
+    (a 400) says nothing about a version and is not recorded. Latencies are those of successful
+    answers only, like ``conch_inference_request_duration_seconds``: a candidate that fails fast must
+    not look faster.
+    """
+
+    def __init__(self, drift_threshold: float) -> None:
+        self.drift_threshold = drift_threshold
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: a new step is judged on its own traffic."""
+        self._tallies = {role: _VersionTally() for role in Role}
+        self.compared = 0
+        self.agreements = 0
+        self.drift_scored = 0
+        self.drifted = 0
+
+    def record_answer(self, role: Role, seconds: float, server_error: bool) -> None:
+        """One answer of ``role``'s version, which took ``seconds`` end to end."""
+        tally = self._tallies[role]
+        tally.requests += 1
+        if server_error:
+            tally.server_errors += 1
+        else:
+            tally.latencies.observe(seconds)
+
+    def record_comparison(self, comparison: Comparison) -> None:
+        """One request answered by both versions and compared."""
+        self.compared += 1
+        self.agreements += comparison.agreed
+        if comparison.drift is not None:
+            self.drift_scored += 1
+            self.drifted += comparison.drift > self.drift_threshold
+
+    def snapshot(self) -> GateFigures:
+        """The figures as they are now, for :func:`judge`."""
+        return GateFigures(
+            baseline=self._tallies[Role.BASELINE].figures(),
+            candidate=self._tallies[Role.CANDIDATE].figures(),
+            compared=self.compared,
+            agreements=self.agreements,
+            drift_scored=self.drift_scored,
+            drifted=self.drifted,
+        )
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """The release spec's ``gate`` limits that :func:`judge` applies (the integrator maps GateSpec)."""
+
+    min_requests: int
+    max_error_rate_increase: float
+    max_p95_increase: float
+    min_agreement: float
+    max_drift_fraction: float
+
+
+class Outcome(enum.StrEnum):
+    """A check passed, failed, or could not be judged yet."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One figure against its limit. ``value`` is None when there is no data for it."""
+
+    name: str
+    value: float | None
+    limit: float
+    outcome: Outcome
+
+    @property
+    def ok(self) -> bool:
+        """Not failed: passed or pending."""
+        return self.outcome is not Outcome.FAILED
+
+    def __str__(self) -> str:
+        value = "no data" if self.value is None else f"{self.value:.4g}"
+        return f"{self.name} {value} (limit {self.limit:g}): {self.outcome}"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The gate's verdict on a step's figures; ``ready`` once both versions have ``min_requests``."""
+
+    ready: bool
+    checks: tuple[Check, ...]
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        """The checks that failed; empty before ``ready``."""
+        return tuple(check for check in self.checks if check.outcome is Outcome.FAILED)
+
+    @property
+    def failed(self) -> bool:
+        """Whether any limit is broken."""
+        return bool(self.failures)
+
+    @property
+    def reason(self) -> str:
+        """The failed checks with their figures, for the release history; empty when none failed."""
+        return "; ".join(map(str, self.failures))
+
+
+def _check(name: str, value: float | None, limit: float, broken: bool, ready: bool) -> Check:
+    if value is None or not ready:
+        return Check(name, value, limit, Outcome.PENDING)
+    return Check(name, value, limit, Outcome.FAILED if broken else Outcome.PASSED)
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole > 0 else None
+
+
+def judge(figures: GateFigures, limits: GateLimits) -> Judgement:
+    """Judge a step's figures against the limits; limits are inclusive (a figure at its limit passes)."""
+    base, cand = figures.baseline, figures.candidate
+    ready = min(base.requests, cand.requests) >= limits.min_requests
+    error_increase = (
+        cand.error_rate - base.error_rate
+        if cand.error_rate is not None and base.error_rate is not None
+        else None
+    )
+    p95_increase = (
+        cand.p95_s / base.p95_s - 1 if cand.p95_s is not None and base.p95_s else None
+    )  # no baseline P95 (every answer an error) is no data, not an infinite rise
+    agreement = _ratio(figures.agreements, figures.compared)
+    drift_fraction = _ratio(figures.drifted, figures.drift_scored)
+    checks = (
+        _check(
+            "error_rate_increase",
+            error_increase,
+            limits.max_error_rate_increase,
+            error_increase is not None and error_increase > limits.max_error_rate_increase,
+            ready,
+        ),
+        _check(
+            "p95_increase",
+            p95_increase,
+            limits.max_p95_increase,
+            p95_increase is not None and p95_increase > limits.max_p95_increase,
+            ready,
+        ),
+        _check(
+            "agreement",
+            agreement,
+            limits.min_agreement,
+            agreement is not None and agreement < limits.min_agreement,
+            ready,
+        ),
+        _check(
+            "drift_fraction",
+            drift_fraction,
+            limits.max_drift_fraction,
+            drift_fraction is not None and drift_fraction > limits.max_drift_fraction,
+            ready,
+        ),
+    )
+    return Judgement(ready=ready, checks=checks)
+
+
+class GateTracker:
+    """Counts consecutive failed judgements; ``failure_threshold`` of them trigger ``on_failure``.
+
+    A passed judgement starts the count again. One that is not ready is neither: it neither counts
+    nor resets (with ``judge: prometheus`` a quiet window can fall below ``min_requests`` mid-step).
+    """
+
+    def __init__(self, failure_threshold: int) -> None:
+        self.failure_threshold = failure_threshold
+        self.consecutive_failures = 0
+        self.last_failure: Judgement | None = None
+
+    def observe(self, judgement: Judgement) -> bool:
+        """Count one judgement; True when the threshold is reached."""
+        if judgement.ready:
+            if judgement.failed:
+                self.consecutive_failures += 1
+                self.last_failure = judgement
+            else:
+                self.consecutive_failures = 0
+        return self.threshold_reached
+
+    @property
+    def threshold_reached(self) -> bool:
+        """Whether ``failure_threshold`` consecutive judgements failed."""
+        return self.consecutive_failures >= self.failure_threshold
+
+    def reset(self) -> None:
+        """A new step starts with no failure counted."""
+        self.consecutive_failures = 0
+        self.last_failure = None
