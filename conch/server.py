@@ -23,6 +23,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
+from conch.router.fallback import is_device_error
 from conch.router.router import Route, VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
@@ -193,7 +194,15 @@ class InferenceServer:
                 in_flight=self.in_flight,
             )
             assert served.scheduler is not None
-            outputs = await served.scheduler.schedule(scheduled)
+            try:
+                outputs = await served.scheduler.schedule(scheduled)
+            except InternalError as exc:
+                if not (served.can_move_to_cpu and is_device_error(exc.message)):
+                    raise
+                await self.router.move_to_cpu(served, exc.message)
+                assert served.scheduler is not None
+                outputs = await served.scheduler.schedule(scheduled)
+                route = self.router.marked_cpu(route)
         except ConchError as exc:
             error = exc
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
-from conch.backends.placement import instance_placements
+from conch.backends.placement import Placement, instance_placements
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
 from conch.observability.events import emit
@@ -45,6 +46,7 @@ from conch.router.fallback import (
 )
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +235,8 @@ class ModelLoader:
             version.scheduler = create_scheduler(
                 config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
             )
+            if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
+                version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
         except ConchError as exc:
             version.reason = exc.message
             emit(
@@ -270,6 +274,23 @@ class ModelLoader:
             gpu_instances=wanted_gpus,
         )
 
+    def _cpu_scheduler_factory(
+        self, version: ModelVersion, model_file: Path, count: int
+    ) -> Callable[[], Scheduler]:
+        """What builds the version again on ``count`` CPU instances when its GPU fails at run time."""
+
+        def build() -> Scheduler:
+            config = version.config
+            sessions = [
+                ort_backend.open_session(model_file, config, Placement(), self.options.cpu_cores)
+                for _ in range(count)
+            ]
+            instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
+            pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu")
+            return create_scheduler(config, pool, version.statistics)
+
+        return build
+
     def _breaker(self, version: ModelVersion, config: mc.ModelConfig) -> CircuitBreaker | None:
         settings = settings_from_config(
             config, self.options.breaker_defaults, on_by_default=self.options.breakers_on
@@ -297,8 +318,8 @@ def _close_new(model: Model, previous: Model | None) -> None:
     """A model refused after its versions were built: stop what this load started, serve nothing new."""
     kept = {id(v) for v in previous.versions.values()} if previous else set()
     for version in model.versions.values():
-        if id(version) not in kept and version.scheduler is not None:
-            version.scheduler.close()
+        if id(version) not in kept:
+            version.close()
     model.versions.clear()
 
 

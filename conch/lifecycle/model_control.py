@@ -205,8 +205,7 @@ class ModelControl:
         deadline = asyncio.get_running_loop().time() + self.settings.drain_timeout_secs
         while version.statistics.pending > 0 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-        if version.scheduler is not None:
-            version.scheduler.close()
+        version.close()
         self.repository.draining.remove(version)
         emit(log, "version_unloaded", model=version.name, version=version.version)
 

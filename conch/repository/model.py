@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -46,6 +47,11 @@ class ModelVersion:
     stands_in: FallbackReason | None = None
     #: Loaded outside the version policy for the ``MODEL`` fallback only: not served on its own.
     standby: bool = False
+    #: Builds this version's scheduler on CPU instances, for the ``CPU`` fallback on a device error
+    #: (None: the version has no GPU instances, or its strategy has no ``CPU``).
+    cpu_fallback: Callable[[], Scheduler] | None = None
+    #: Schedulers this version no longer uses (its GPU one after the CPU fallback), closed with it.
+    retired_schedulers: list[Scheduler] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.name, str(self.version))
@@ -53,6 +59,20 @@ class ModelVersion:
     @property
     def ready(self) -> bool:
         return self.state is ModelState.READY
+
+    @property
+    def can_move_to_cpu(self) -> bool:
+        """A device error here may be answered on CPU instances: they can be built, or already serve."""
+        return self.cpu_fallback is not None or self.fallback_marker == (
+            FallbackLevel.CPU,
+            FallbackReason.DEVICE_ERROR,
+        )
+
+    def close(self) -> None:
+        """Stop its schedulers and their instances' threads (the version is no longer served)."""
+        for scheduler in [self.scheduler, *self.retired_schedulers]:
+            if scheduler is not None:
+                scheduler.close()
 
 
 @dataclass

@@ -102,8 +102,7 @@ class ModelRepository:
     def close(self) -> None:
         """Stop every scheduler and its instances' worker threads."""
         for version in self.versions():
-            if version.scheduler is not None:
-                version.scheduler.close()
+            version.close()
 
 
 def _entry(version: ModelVersion, state: str | None = None) -> dict[str, Any]:

@@ -5,8 +5,9 @@ A model's ``FALLBACK_STRATEGY`` parameter (or the server's ``--fallback-strategy
 
 - ``MODEL``: the newest version failed to load or warm up, or its circuit is open; requests that name
   no version go to the newest earlier version that serves (the last known good one).
-- ``CPU``: a ``KIND_GPU`` instance cannot be created; the version runs on CPU instances instead.
-  Without it, such a version fails to load, as in Triton.
+- ``CPU``: a ``KIND_GPU`` instance cannot be created, or fails with a device error while running (CUDA
+  out of memory, a lost device); the version runs on CPU instances instead. Without it, such a version
+  fails to load, as in Triton, and a device error is the request's 500.
 - ``BUSINESS``: nothing can serve; the answer is ``FALLBACK_BUSINESS_DEFAULT``, a JSON object of output
   name to the values of one row (shaped like the config's output dims), repeated for each request row.
 
@@ -56,6 +57,27 @@ class FallbackPolicy:
 
     def allows(self, level: FallbackLevel) -> bool:
         return level in self.levels
+
+
+#: Words of the errors CUDA, cuBLAS and cuDNN raise when the device, not the request, is at fault.
+DEVICE_ERROR_MARKERS = (
+    "cuda error",
+    "cuda failure",
+    "cudaerror",
+    "cuda out of memory",
+    "out of memory",
+    "cublas_status",
+    "cudnn_status",
+    "device lost",
+    "illegal memory access",
+    "device-side assert",
+)
+
+
+def is_device_error(message: str) -> bool:
+    """Whether a failed run's message is a device error (the CPU fallback's trigger), by its words."""
+    lowered = message.lower()
+    return any(marker in lowered for marker in DEVICE_ERROR_MARKERS)
 
 
 def parse_strategy(text: str, where: str = STRATEGY_PARAMETER) -> tuple[FallbackLevel, ...]:

@@ -15,6 +15,7 @@ with the number of answers since.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -67,6 +68,7 @@ class VersionRouter:
         #: (model, version, level, reason) -> answers; ``conch_fallback_total`` reads it.
         self.fallbacks: Counter[tuple[str, str, str, str]] = Counter()
         self._logged_at: dict[tuple[str, str, str, str], tuple[float, int]] = {}
+        self._moving: dict[int, asyncio.Future[None]] = {}
 
     def route(self, name: str, version: str = "") -> Route:
         model = self.repository.model(name)
@@ -94,6 +96,48 @@ class VersionRouter:
         if version is not None and version.breaker is not None:
             version.breaker.record(self.clock(), CallOutcome.of(error), seconds)
 
+    async def move_to_cpu(self, version: ModelVersion, error: str) -> None:
+        """The CPU fallback on a device error: rebuild ``version`` on CPU instances, once.
+
+        Requests failing together wait for the same move, and a request that failed on the GPU after
+        the move returns at once, to run again on the CPU. The GPU scheduler is kept aside (its queued
+        requests still reach it and fail the same way) and closed with the version.
+        """
+        if version.fallback_marker == (FallbackLevel.CPU, FallbackReason.DEVICE_ERROR):
+            return
+        moving = self._moving.get(id(version))
+        if moving is None:
+            moving = asyncio.ensure_future(self._rebuild_on_cpu(version, error))
+            self._moving[id(version)] = moving
+        await asyncio.shield(moving)
+
+    def marked_cpu(self, route: Route) -> Route:
+        """``route`` as answered by the CPU fallback after a device error."""
+        assert route.version is not None
+        return self._marked_for(
+            route.version, Route(route.version, FallbackLevel.CPU, FallbackReason.DEVICE_ERROR)
+        )
+
+    async def _rebuild_on_cpu(self, version: ModelVersion, error: str) -> None:
+        factory = version.cpu_fallback
+        assert factory is not None
+        scheduler = await asyncio.to_thread(factory)
+        retired, version.scheduler = version.scheduler, scheduler
+        version.cpu_fallback = None
+        version.fallback_marker = (FallbackLevel.CPU, FallbackReason.DEVICE_ERROR)
+        emit(
+            log,
+            "fallback",
+            logging.WARNING,
+            model=version.name,
+            version=version.version,
+            level=FallbackLevel.CPU.value,
+            reason=FallbackReason.DEVICE_ERROR.value,
+            error=error[:200],
+        )
+        if retired is not None:
+            version.retired_schedulers.append(retired)
+
     def _allowed(self, version: ModelVersion) -> bool:
         return version.breaker is None or version.breaker.allow(self.clock())
 
@@ -113,6 +157,9 @@ class VersionRouter:
             f"model '{model.name}' version {failing.version} is failing and its circuit breaker is open"
             f"{wait}; add MODEL or BUSINESS to FALLBACK_STRATEGY to answer from elsewhere meanwhile"
         )
+
+    def _marked_for(self, served: ModelVersion, route: Route) -> Route:
+        return self._marked(self.repository.models.get(served.name) or Model(served.name), route)
 
     def _marked(self, model: Model, route: Route) -> Route:
         if route.level is None or route.reason is None:
