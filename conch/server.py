@@ -20,10 +20,12 @@ from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
 from conch.observability.statistics import ModelStatistics
+from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.fallback import is_device_error
+from conch.router.release_split import ROUTE_KEY_PARAMETER
 from conch.router.router import Route, VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
@@ -55,13 +57,16 @@ class InferenceServer:
         repository: ModelRepository,
         options: ServerOptions | None = None,
         control: ModelControl | None = None,
+        releases: ReleaseController | None = None,
     ) -> None:
         self.repository = repository
         self.options = options or ServerOptions()
         #: What loads and unloads models on request (None: the repository never changes).
         self.control = control
-        #: Which version answers each request: breakers and fallbacks.
-        self.router = VersionRouter(repository)
+        #: The models' releases (None: no release can run, as in a bare test server).
+        self.releases = releases
+        #: Which version answers each request: release splits, breakers and fallbacks.
+        self.router = VersionRouter(repository, releases=releases)
         self.started = False
         #: Set on SIGTERM: not ready, and new inference requests are refused while the rest finish.
         self.stopping = False
@@ -83,6 +88,25 @@ class InferenceServer:
         if self.control is None:
             raise UnavailableError("this server cannot unload models: it serves a fixed repository")
         await self.control.unload(name)
+
+    def release_status(self, name: str) -> dict[str, Any]:
+        """``GET /v2/models/{m}/release``: the release's state, weights, gate figures and history."""
+        return self._releases().status(name)
+
+    def start_release(self, name: str, body: object) -> dict[str, Any]:
+        """``POST /v2/models/{m}/release``: start one from the JSON form of ``release.yaml``."""
+        self._releases().start(name, spec_from_body(body))
+        return self._releases().status(name)
+
+    def release_action(self, name: str, action: str) -> dict[str, Any]:
+        """``POST /v2/models/{m}/release/{promote|rollback|pause|resume}``."""
+        self._releases().act(name, action)
+        return self._releases().status(name)
+
+    def _releases(self) -> ReleaseController:
+        if self.releases is None:
+            raise UnavailableError("this server runs no releases")
+        return self.releases
 
     def live(self) -> bool:
         return True
@@ -176,7 +200,7 @@ class InferenceServer:
         started = time.perf_counter_ns()
         if self.stopping:
             raise UnavailableError("server is shutting down; send the request to another replica")
-        route = self.router.route(request.model_name, request.model_version)
+        route = self.router.route(request.model_name, request.model_version, _route_key(request))
         if route.version is None:
             return self._business_answer(request, route)
         served = route.version
@@ -218,6 +242,7 @@ class InferenceServer:
             self.in_flight.leave()
             self.router.record(route, error, (time.perf_counter_ns() - started) / 1e9)
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
+        self.router.shadow(route, scheduled, outputs)
         return InferenceResponse(
             model_name=request.model_name,
             model_version=str(served.version),
@@ -248,6 +273,11 @@ class InferenceServer:
             outputs=[Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in wanted],
             parameters=route.parameters,
         )
+
+
+def _route_key(request: InferenceRequest) -> str | None:
+    key = request.parameters.get(ROUTE_KEY_PARAMETER)
+    return None if key is None else str(key)
 
 
 def _failure_reason(exc: ConchError) -> str:

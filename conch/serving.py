@@ -36,7 +36,10 @@ from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.metrics import create_registry
+from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
+from conch.release.controller import ReleaseController
+from conch.release.store import ReleaseStore
 from conch.repository.model_repository import ModelRepository
 from conch.repository.object_cache import mirrored_from
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
@@ -72,6 +75,7 @@ class ServeSettings:
     circuit_breaker: bool = False
     circuit_breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
     fallback_strategy: str = ""
+    state_dir: str = ""
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -141,10 +145,13 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     repository = ModelRepository(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
+    releases = release_controller(repository, control, settings)
     store = mirrored_from(settings.repository)
     if store is not None:  # an s3:// repository: each poll first brings its cache up to date
         control.before_scan = store.poll_refresh
-    server = InferenceServer(repository, ServerOptions(strict_readiness=settings.strict_readiness), control)
+    server = InferenceServer(
+        repository, ServerOptions(strict_readiness=settings.strict_readiness), control, releases
+    )
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
     try:
@@ -162,6 +169,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.debug("serve settings: %s", settings)
     log.info("loading model repository %s", settings.repository)
     try:
+        # Releases first, so their versions load whatever the policy says.
+        releases.resume_saved()
+        releases.reconcile_files()
         control.load_startup()
     except BaseException:
         if relay is not None:
@@ -202,6 +212,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     if control.settings.mode is ControlMode.POLL:
         tasks.append(asyncio.create_task(control.poll_forever()))
+    tasks.append(asyncio.create_task(check_releases(releases)))
     waits = [asyncio.create_task(stopping.wait()), *serving]
     if relay is not None:
         waits.append(asyncio.create_task(relay.lost.wait()))
@@ -223,6 +234,41 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         raise ServeError("the gRPC relay process exited; the server stopped")
 
 
+#: Seconds between two judgements of every release's gate.
+RELEASE_CHECK_SECS = 1.0
+
+
+def release_controller(
+    repository: ModelRepository, control: ModelControl, settings: ServeSettings
+) -> ReleaseController:
+    """The releases of this repository, saved in ``--state-dir`` (``.conch-state`` beside the repository)."""
+    state_dir = (
+        Path(settings.state_dir) if settings.state_dir else settings.repository.parent / ".conch-state"
+    )
+    releases = ReleaseController(repository, ReleaseStore(state_dir))
+    control.pinned = releases.pinned
+    control.after_scan = releases.reconcile_files
+    refreshing: set[asyncio.Task[None]] = set()
+
+    def reload(name: str) -> None:
+        task = asyncio.get_running_loop().create_task(control.refresh(name))
+        refreshing.add(task)
+        task.add_done_callback(refreshing.discard)
+
+    releases.on_pinned_changed = reload
+    return releases
+
+
+async def check_releases(releases: ReleaseController) -> None:
+    """Judge every release every ``RELEASE_CHECK_SECS``; a failed round never ends the checks."""
+    while True:
+        await asyncio.sleep(RELEASE_CHECK_SECS)
+        try:
+            releases.check()
+        except Exception:
+            log.exception("checking the releases failed")
+
+
 def routing_collectors(server: InferenceServer) -> list[Collector]:
     """The circuit-breaker and fallback families, read from the served versions and the router."""
 
@@ -231,7 +277,13 @@ def routing_collectors(server: InferenceServer) -> list[Collector]:
             (v.name, str(v.version), v.breaker) for v in server.repository.versions() if v.breaker is not None
         ]
 
-    return [CircuitBreakerCollector(breakers), FallbackCollector(lambda: server.router.fallbacks)]
+    collectors: list[Collector] = [
+        CircuitBreakerCollector(breakers),
+        FallbackCollector(lambda: server.router.fallbacks),
+    ]
+    if server.releases is not None:
+        collectors.append(ReleaseCollector(server.releases))
+    return collectors
 
 
 def control_settings(settings: ServeSettings) -> ControlSettings:

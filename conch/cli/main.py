@@ -289,6 +289,14 @@ def _model_control_flags(serve: argparse.ArgumentParser) -> None:
     )
     _setting(
         serve,
+        "--state-dir",
+        str,
+        "",
+        "where releases keep their state across restarts (a volume on Kubernetes); empty: .conch-state "
+        "beside the repository folder (see conch docs releases)",
+    )
+    _setting(
+        serve,
         "--exit-timeout-secs",
         at_least(0),
         "30",
@@ -353,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         circuit_breaker=args.circuit_breaker,
         circuit_breaker_defaults=defaults,
         fallback_strategy=args.fallback_strategy,
+        state_dir=args.state_dir,
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

@@ -72,14 +72,19 @@ class ModelLoader:
         self.options = options or LoadOptions()
 
     def load(
-        self, folder: Path, override: mc.ModelConfig | None = None, previous: Model | None = None
+        self,
+        folder: Path,
+        override: mc.ModelConfig | None = None,
+        previous: Model | None = None,
+        pinned: frozenset[int] = frozenset(),
     ) -> Model:
         """The model in ``folder``; ``override`` replaces its ``config.pbtxt`` (Triton's load parameter).
 
-        Versions of ``previous`` whose folder and config are unchanged are carried over, not rebuilt.
+        Versions of ``previous`` whose folder and config are unchanged are carried over, not rebuilt;
+        ``pinned`` versions (a release's) are loaded even when the version policy leaves them out.
         """
         started = time.perf_counter()
-        model = self._build(folder, override, previous)
+        model = self._build(folder, override, previous, pinned)
         seconds = time.perf_counter() - started
         record_load(folder.name, seconds, succeeded=bool(model.ready_versions))
         emit(
@@ -92,7 +97,9 @@ class ModelLoader:
         )
         return model
 
-    def _build(self, folder: Path, override: mc.ModelConfig | None, previous: Model | None) -> Model:
+    def _build(
+        self, folder: Path, override: mc.ModelConfig | None, previous: Model | None, pinned: frozenset[int]
+    ) -> Model:
         model = Model(folder.name)
         try:
             config, fields, text = self._config(folder, override)
@@ -104,7 +111,8 @@ class ModelLoader:
             return model
         model.config_text = text
         available = version_folders(folder)
-        numbers = select_versions(config.version_policy, available)
+        # A release holds its two versions loaded whatever the policy says.
+        numbers = sorted(set(select_versions(config.version_policy, available)) | (pinned & set(available)))
         if not numbers:
             model.reason = "no version folder matches the version policy"
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=model.reason)

@@ -74,6 +74,10 @@ class ModelControl:
         self.settings = settings
         #: Called on a worker thread before each poll scan (an object store syncs its cache there).
         self.before_scan: Callable[[], object] | None = None
+        #: Called after each poll scan (the releases read their ``release.yaml`` files then).
+        self.after_scan: Callable[[], object] | None = None
+        #: The versions of a model that must stay loaded whatever its policy says (a release's).
+        self.pinned: Callable[[str], set[int]] = lambda name: set()
         self._lock = asyncio.Lock()
         self._fingerprints: dict[str, str] = {}
         self._drains: set[asyncio.Task[None]] = set()
@@ -95,7 +99,8 @@ class ModelControl:
                 continue
             log.info("loading model '%s'", folder.name)
             self._fingerprints[folder.name] = model_fingerprint(folder)
-            self.repository.models[folder.name] = self.loader.load(folder)
+            pinned = frozenset(self.pinned(folder.name))
+            self.repository.models[folder.name] = self.loader.load(folder, None, None, pinned)
         for missing in sorted(wanted - {folder.name for folder in folders}):
             reason = f"--load-model names '{missing}', which is not a folder of the model repository"
             log.error("model '%s' is UNAVAILABLE: %s", missing, reason)
@@ -145,7 +150,16 @@ class ModelControl:
                 self._fingerprints.pop(name, None)
                 await self._unload(name, None)
                 acted.append(name)
-            return acted
+        if self.after_scan is not None:
+            self.after_scan()
+        return acted
+
+    async def refresh(self, name: str) -> None:
+        """Load ``name`` again, whatever the mode: the versions it must keep loaded changed."""
+        async with self._lock:
+            folder = self.repository.root / name
+            if name in self.repository.models and folder.is_dir():
+                await self._load(folder, None)
 
     async def drained(self) -> None:
         """Wait for every version being drained to close (tests and shutdown)."""
@@ -163,7 +177,8 @@ class ModelControl:
         if previous is None:
             self.repository.loading.add(name)
         try:
-            built = await asyncio.to_thread(self.loader.load, folder, override, previous)
+            pinned = frozenset(self.pinned(name))
+            built = await asyncio.to_thread(self.loader.load, folder, override, previous, pinned)
         finally:
             self.repository.loading.discard(name)
         failure = _failure(built)

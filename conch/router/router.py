@@ -19,17 +19,21 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from conch.core.errors import UnavailableError
 from conch.observability.events import emit
+from conch.release.controller import ReleaseController
 from conch.repository.model import Model, ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CallOutcome
 from conch.router.fallback import FallbackLevel, FallbackReason, business_outputs
+from conch.router.release_split import pick
+from conch.router.shadow import ShadowRunner
+from conch.scheduling.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ class Route:
     level: FallbackLevel | None = None
     reason: FallbackReason | None = None
     model: Model | None = None
+    #: Chosen by a release's split: its answer counts for the release's gate.
+    released: bool = False
 
     @property
     def parameters(self) -> dict[str, str]:
@@ -62,17 +68,29 @@ class Route:
 class VersionRouter:
     """Routes requests of one repository; counts the fallbacks it takes."""
 
-    def __init__(self, repository: ModelRepository, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        clock: Callable[[], float] = time.monotonic,
+        releases: ReleaseController | None = None,
+    ) -> None:
         self.repository = repository
         self.clock = clock
+        self.releases = releases
+        self.shadows = ShadowRunner(releases) if releases is not None else None
         #: (model, version, level, reason) -> answers; ``conch_fallback_total`` reads it.
         self.fallbacks: Counter[tuple[str, str, str, str]] = Counter()
         self._logged_at: dict[tuple[str, str, str, str], tuple[float, int]] = {}
         self._moving: dict[int, asyncio.Future[None]] = {}
 
-    def route(self, name: str, version: str = "") -> Route:
+    def route(self, name: str, version: str = "", route_key: str | None = None) -> Route:
         model = self.repository.model(name)
         policy = model.fallback
+        split = self.releases.split(name) if self.releases is not None and not version else None
+        if split is not None:
+            released = self._released(model, split, route_key)
+            if released is not None:
+                return released
         if version:
             served = model.ready_version(version)
             if self._allowed(served):
@@ -91,10 +109,28 @@ class VersionRouter:
         return self._marked(model, Route(newest, *newest.fallback_marker))
 
     def record(self, route: Route, error: Exception | None, seconds: float) -> None:
-        """The outcome of a routed call, for its version's breaker."""
+        """The outcome of a routed call, for its version's breaker and, when a release chose it, its gate."""
         version = route.version
-        if version is not None and version.breaker is not None:
-            version.breaker.record(self.clock(), CallOutcome.of(error), seconds)
+        if version is None:
+            return
+        outcome = CallOutcome.of(error)
+        if version.breaker is not None:
+            version.breaker.record(self.clock(), outcome, seconds)
+        if route.released and self.releases is not None and outcome is not CallOutcome.CLIENT_ERROR:
+            self.releases.record_answer(
+                version.name, version.version, seconds, outcome is CallOutcome.FAILURE
+            )
+
+    def shadow(self, route: Route, request: ScheduledRequest, outputs: Mapping[str, np.ndarray]) -> None:
+        """After a release-routed answer: a copy on the release's other version, when the step asks."""
+        answered = route.version
+        if not route.released or answered is None or self.releases is None or self.shadows is None:
+            return
+        target_number = self.releases.shadow_version(answered.name, answered.version)
+        model = self.repository.models.get(answered.name)
+        target = model.versions.get(target_number) if model and target_number is not None else None
+        if target is not None and target.ready:
+            self.shadows.submit(answered, target, request, outputs)
 
     async def move_to_cpu(self, version: ModelVersion, error: str) -> None:
         """The CPU fallback on a device error: rebuild ``version`` on CPU instances, once.
@@ -137,6 +173,16 @@ class VersionRouter:
         )
         if retired is not None:
             version.retired_schedulers.append(retired)
+
+    def _released(self, model: Model, split: tuple[int, int, int], route_key: str | None) -> Route | None:
+        """The version a release's weights pick, or the other one when it cannot serve; None: neither."""
+        baseline, candidate, weight = split
+        chosen = pick(baseline, candidate, weight, route_key)
+        for number in (chosen, baseline if chosen == candidate else candidate):
+            served = model.versions.get(number)
+            if served is not None and served.ready and self._allowed(served):
+                return self._marked(model, Route(served, *served.fallback_marker, released=True))
+        return None
 
     def _allowed(self, version: ModelVersion) -> bool:
         return version.breaker is None or version.breaker.allow(self.clock())

@@ -20,6 +20,7 @@ from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.streaming import answer_concurrently
+from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
-            return await self._infer(request)
+            return await self._infer(request, _route_key(context))
         except ConchError as exc:
             await _abort(context, exc)
             raise
@@ -122,10 +123,23 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         async for reply in answer_concurrently(request_iterator, answer):
             yield reply
 
-    async def _infer(self, message: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(
+        self, message: pb.ModelInferRequest, route_key: str | None = None
+    ) -> pb.ModelInferResponse:
         request = infer_codec.decode_request(message)
+        if route_key is not None:
+            request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
         response = await self.server.infer(request)
         return infer_codec.encode_response(response)
+
+
+def _route_key(context: Any) -> str | None:
+    """The ``conch-route-key`` metadata of a call (release routing), or None."""
+    metadata = getattr(context, "invocation_metadata", None)
+    for key, value in (metadata() or ()) if metadata is not None else ():
+        if key == ROUTE_KEY_HEADER:
+            return str(value)
+    return None
 
 
 def _parameters(parameters: Any) -> dict[str, Any]:

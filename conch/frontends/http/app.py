@@ -16,6 +16,7 @@ from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFo
 from conch.frontends.http import infer_codec
 from conch.frontends.http.body import compress_for, read_body
 from conch.lifecycle.deep_health import DeepHealth
+from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 _NOT_READY = 503
+ROUTE_KEY_HEADER_BYTES = ROUTE_KEY_HEADER.encode()
 
 
 class HttpFrontend:
@@ -109,6 +111,8 @@ class HttpFrontend:
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
+        if rest and rest[0] == "release" and len(rest) <= 2:
+            return await self._release_route(scope, receive, method, name, rest[1:])
         action = rest[0] if len(rest) == 1 else "" if not rest else None
         if action == "":
             return _get_json(method, lambda: self.server.model_metadata(name, version))
@@ -126,11 +130,26 @@ class HttpFrontend:
             return await self._infer(scope, receive, name, version)
         raise NotFoundError(f"no route for {scope['path']}")
 
+    async def _release_route(
+        self, scope: Scope, receive: Receive, method: str, name: str, action: list[str]
+    ) -> Reply:
+        """``GET|POST /v2/models/{m}/release`` and ``POST /v2/models/{m}/release/{action}``."""
+        if not action and method == "GET":
+            return _json(200, self.server.release_status(name))
+        _require(method, "POST")
+        if action:
+            return _json(200, self.server.release_action(name, action[0]))
+        body = await read_body(scope, receive, self.max_body_bytes)
+        return _json(200, self.server.start_release(name, infer_codec.load_json_object(body)))
+
     async def _infer(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
         self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
         body = await read_body(scope, receive, self.max_body_bytes)
         header_length = _header_length(scope)
         request = infer_codec.decode_request(body, header_length, name, version)
+        route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
+        if route_key is not None:
+            request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
         response = await self.server.infer(request)
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
@@ -146,6 +165,14 @@ class HttpFrontend:
         if encoding is not None:
             headers.append((b"content-encoding", encoding))
         return 200, payload, headers
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (ASGI lowercases names), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 def _header_length(scope: Scope) -> int | None:

@@ -1,0 +1,439 @@
+"""Drives every model's release: specs in, weights and shadow flags out, a gate judging each step.
+
+The rules live beside it (:mod:`.spec`, :mod:`.state`, :mod:`.gate`, :mod:`.compare`); this is the thin
+driver that feeds them. It never touches a request: the router asks it for weights and whether to
+shadow, and reports each answer and each comparison back. Every few seconds :meth:`check` judges each
+progressing release's current step from that step's own traffic, moves it on when its duration is over
+with every limit kept, and applies ``on_failure`` after ``failure_threshold`` failed checks in a row.
+Every transition is one structured log record and is saved to the state dir, so a restart resumes it.
+
+Which versions must stay loaded while a release is under way (both of them, whatever the version
+policy says) is :meth:`pinned`; the lifecycle asks it on each load.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conch.core.errors import InvalidArgumentError, NotFoundError
+from conch.observability.events import emit
+from conch.release.compare import Comparison
+from conch.release.gate import GateLimits, GateTracker, Judgement, Role, StepFigures, judge
+from conch.release.prometheus_judge import (
+    DRIFT_SCORE_BUCKETS,
+    PrometheusClient,
+    PrometheusUnavailableError,
+    prometheus_figures,
+)
+from conch.release.spec import ReleaseSpec, spec_from_dict, spec_from_yaml, spec_to_json
+from conch.release.state import Release, ReleaseEvent, ReleaseState
+from conch.release.store import ReleaseStore
+from conch.repository.model import Model
+from conch.repository.model_repository import ModelRepository
+from conch.repository.version_policy import version_folders
+
+log = logging.getLogger(__name__)
+
+RELEASE_FILE = "release.yaml"
+ACTIONS = ("promote", "rollback", "pause", "resume")
+
+
+@dataclass
+class ModelRelease:
+    """One model's release and everything measured for its current step."""
+
+    release: Release
+    figures: StepFigures
+    tracker: GateTracker
+    last_judgement: Judgement | None = None
+    #: ``conch_shadow_*`` and ``conch_release_rollbacks_total``, over the release's whole life.
+    compared: int = 0
+    agreements: int = 0
+    dropped: int = 0
+    rollbacks: int = 0
+    drift_buckets: list[int] = field(default_factory=lambda: [0] * (len(DRIFT_SCORE_BUCKETS) + 1))
+    drift_sum: float = 0.0
+    #: The spec as ``release.yaml`` gave it, to tell a changed file from an unchanged one.
+    file_spec: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, release: Release) -> ModelRelease:
+        gate = release.spec.gate
+        return cls(release, StepFigures(gate.drift_threshold), GateTracker(gate.failure_threshold))
+
+
+class ReleaseController:
+    """The releases of one repository's models."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        store: ReleaseStore | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.repository = repository
+        self.store = store
+        self.clock = clock
+        self.releases: dict[str, ModelRelease] = {}
+        #: Called with a model's name when the versions it must keep loaded changed.
+        self.on_pinned_changed: Callable[[str], object] | None = None
+
+    # -- what the router and the lifecycle ask ------------------------------------------------------
+
+    def pinned(self, model: str) -> set[int]:
+        """Both versions of an active release (and the candidate after a rollback, for inspection)."""
+        held = self.releases.get(model)
+        if held is None:
+            return set()
+        release = held.release
+        if release.state.active:
+            return {release.baseline, release.spec.candidate}
+        if release.state is ReleaseState.ROLLED_BACK:
+            return {release.baseline, release.spec.candidate}
+        if release.state is ReleaseState.FAILED:
+            return {release.baseline}
+        return {release.spec.candidate}
+
+    def split(self, model: str) -> tuple[int, int, int] | None:
+        """``(baseline, candidate, candidate's percent)`` for requests that name no version, or None
+        when no release decides (Triton's rule: the newest READY version)."""
+        held = self.releases.get(model)
+        if held is None or held.release.state is ReleaseState.PROMOTED:
+            return None  # promoted: the candidate is the newest, and Triton's rule serves it
+        release = held.release
+        return release.baseline, release.spec.candidate, release.weights()[release.spec.candidate]
+
+    def shadow_version(self, model: str, answered: int) -> int | None:
+        """The version a copy of this answer's request runs on, off the client's path, or None.
+
+        In a shadow step every request is copied to the other version; outside one, requests the
+        candidate answered are copied to the baseline, so the canary steps have agreement figures too.
+        """
+        held = self.releases.get(model)
+        if held is None or held.release.state is not ReleaseState.PROGRESSING:
+            return None
+        release = held.release
+        other = release.spec.candidate if answered == release.baseline else release.baseline
+        if answered not in (release.baseline, release.spec.candidate):
+            return None
+        if release.shadow or answered == release.spec.candidate:
+            return other
+        return None
+
+    def compared_outputs(self, model: str) -> tuple[str, ...] | None:
+        held = self.releases.get(model)
+        return None if held is None else held.release.spec.gate.compare
+
+    def role(self, model: str, version: int) -> Role | None:
+        held = self.releases.get(model)
+        if held is None:
+            return None
+        if version == held.release.baseline:
+            return Role.BASELINE
+        return Role.CANDIDATE if version == held.release.spec.candidate else None
+
+    def record_answer(self, model: str, version: int, seconds: float, server_error: bool) -> None:
+        role = self.role(model, version)
+        held = self.releases.get(model)
+        if role is not None and held is not None and held.release.state is ReleaseState.PROGRESSING:
+            held.figures.record_answer(role, seconds, server_error)
+
+    def record_comparison(self, model: str, comparison: Comparison) -> None:
+        held = self.releases.get(model)
+        if held is None:
+            return
+        held.compared += 1
+        held.agreements += comparison.agreed
+        if comparison.drift is not None:
+            held.drift_buckets[bisect.bisect_left(DRIFT_SCORE_BUCKETS, comparison.drift)] += 1
+            held.drift_sum += comparison.drift
+        if held.release.state is ReleaseState.PROGRESSING:
+            held.figures.record_comparison(comparison)
+
+    def record_dropped(self, model: str) -> None:
+        held = self.releases.get(model)
+        if held is not None:
+            held.dropped += 1
+
+    # -- control ------------------------------------------------------------------------------------
+
+    def start(self, model: str, spec: ReleaseSpec, file_spec: dict[str, Any] | None = None) -> Release:
+        """Declare a release of ``model``; refused while another one is under way.
+
+        The versions are checked against the model's version folders, not what is loaded now: a
+        release loads its baseline whatever the policy says (it may be declared before the server
+        loads anything), and a candidate not there yet leaves the release pending.
+        """
+        folders = {folder.name: folder for folder in self.repository.model_folders()}
+        if model not in folders:
+            self.repository.model(model)  # the 404 in Triton's words
+        available = version_folders(folders[model])
+        current = self.releases.get(model)
+        if current is not None and current.release.state.active:
+            raise InvalidArgumentError(
+                f"release: model '{model}' already has a release of version "
+                f"{current.release.spec.candidate} that is {current.release.state.value}; roll it back or "
+                "promote it first"
+            )
+        served = self.repository.models.get(model)
+        if spec.baseline is not None:
+            loaded = served.versions.get(spec.baseline) if served else None
+            if spec.baseline not in available or (loaded is not None and not loaded.ready):
+                raise InvalidArgumentError(
+                    f"release: baseline version {spec.baseline} of '{model}' is not READY (its version "
+                    f"folders are {available}); name a version that loads"
+                )
+        release = Release.create(spec, self.clock(), serving=_serving(served, available, spec.candidate))
+        held = ModelRelease.of(release)
+        held.file_spec = file_spec
+        self.releases[model] = held
+        self._changed(model, release.history[-1])
+        self._pinned_changed(model)
+        self.check_model(model)
+        return release
+
+    def act(self, model: str, action: str) -> Release:
+        """``promote``, ``rollback``, ``pause`` or ``resume`` by hand."""
+        held = self._held(model)
+        now = self.clock()
+        if action not in ACTIONS:
+            raise NotFoundError(f"no release action '{action}'; the actions are {list(ACTIONS)}")
+        event = getattr(held.release, action)(now)
+        if action in ("promote", "resume"):
+            held.figures.reset()
+            held.tracker.reset()
+        if action == "rollback":
+            held.rollbacks += 1
+        self._changed(model, event)
+        self._pinned_changed(model)
+        return held.release
+
+    def status(self, model: str) -> dict[str, Any]:
+        """``GET /v2/models/{m}/release``: state, step, weights, each gate figure with its limit, history."""
+        held = self._held(model)
+        release = held.release
+        now = self.clock()
+        body = release.to_json(now)
+        body["model"] = model
+        body["candidate"] = release.spec.candidate
+        body["weights"] = {str(v): w for v, w in release.weights().items()}
+        body["shadow"] = release.shadow
+        judgement = held.last_judgement
+        body["gate"] = {
+            "judge": release.spec.gate.judge,
+            "ready": judgement.ready if judgement else False,
+            "consecutive_failures": held.tracker.consecutive_failures,
+            "failure_threshold": release.spec.gate.failure_threshold,
+            "checks": [
+                {"name": c.name, "value": c.value, "limit": c.limit, "outcome": str(c.outcome)}
+                for c in (judgement.checks if judgement else ())
+            ],
+        }
+        body["shadow_figures"] = {
+            "compared": held.compared,
+            "agreements": held.agreements,
+            "dropped": held.dropped,
+        }
+        return body
+
+    def resume_saved(self) -> None:
+        """At start: every release the state dir holds, resumed where it was."""
+        if self.store is None:
+            return
+        now = self.clock()
+        folders = {folder.name for folder in self.repository.model_folders()}
+        for model in self.store.models():
+            if model not in folders:
+                continue
+            try:
+                release = self.store.load(model, now)
+            except InvalidArgumentError as exc:
+                log.error("release state of '%s' is unreadable, ignored: %s", model, exc.message)
+                continue
+            if release is not None:
+                self.releases[model] = ModelRelease.of(release)
+                # Declared by its file when the file still declares it; else it came through the API.
+                declared = self._declared(model)
+                self.releases[model].file_spec = declared if declared == spec_to_json(release.spec) else None
+                emit(log, "release_resumed", model=model, state=release.state.value, step=release.step)
+
+    def reconcile_files(self) -> list[str]:
+        """Read each model's ``release.yaml``: start what appeared, stop what was removed. Names acted on."""
+        acted = []
+        for folder in self.repository.model_folders():
+            path = folder / RELEASE_FILE
+            held = self.releases.get(folder.name)
+            if path.is_file():
+                acted += self._reconcile_file(folder.name, path, held)
+            elif held is not None and held.file_spec is not None and held.release.state.active:
+                event = held.release.rollback(self.clock(), f"{RELEASE_FILE} was removed")
+                held.rollbacks += 1
+                self._changed(folder.name, event)
+                self._pinned_changed(folder.name)
+                acted.append(folder.name)
+        return acted
+
+    # -- the gate -----------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """One round: every model's release judged and moved on where due."""
+        for model in list(self.releases):
+            self.check_model(model)
+
+    def check_model(self, model: str) -> None:
+        held = self.releases[model]
+        release = held.release
+        now = self.clock()
+        if release.state is ReleaseState.PENDING:
+            self._start_when_ready(model, held, now)
+            return
+        if release.state is not ReleaseState.PROGRESSING:
+            return
+        judgement = self._judge(model, held)
+        if judgement is None:
+            return
+        held.last_judgement = judgement
+        if held.tracker.observe(judgement):
+            event = release.on_gate_failure(now, judgement.reason)
+            if release.state is ReleaseState.ROLLED_BACK:
+                held.rollbacks += 1
+            self._changed(model, event)
+            self._pinned_changed(model)
+            return
+        if _may_advance(judgement, release):
+            moved = release.advance_if_due(now)
+            if moved is not None:
+                held.figures.reset()
+                held.tracker.reset()
+                held.last_judgement = None
+                self._changed(model, moved)
+                if release.state is ReleaseState.PROMOTED:
+                    self._pinned_changed(model)
+
+    def _judge(self, model: str, held: ModelRelease) -> Judgement | None:
+        gate = held.release.spec.gate
+        limits = GateLimits(
+            gate.min_requests,
+            gate.max_error_rate_increase,
+            gate.max_p95_increase,
+            gate.min_agreement,
+            gate.max_drift_fraction,
+        )
+        if gate.judge == "local":
+            return judge(held.figures.snapshot(), limits)
+        assert gate.prometheus_url is not None
+        window = max(1.0, held.release.step_elapsed_s(self.clock()))
+        try:
+            figures = prometheus_figures(
+                PrometheusClient(gate.prometheus_url),
+                model,
+                str(held.release.baseline),
+                str(held.release.spec.candidate),
+                window,
+                gate.drift_threshold,
+            )
+        except PrometheusUnavailableError as exc:
+            log.warning("release of '%s': cannot judge now: %s", model, exc.message)
+            return None
+        return judge(figures, limits)
+
+    def _start_when_ready(self, model: str, held: ModelRelease, now: float) -> None:
+        served = self.repository.models.get(model)
+        candidate = served.versions.get(held.release.spec.candidate) if served else None
+        if candidate is None:
+            return
+        if candidate.ready:
+            self._changed(model, held.release.candidate_ready(now))
+        elif candidate.reason:
+            self._changed(
+                model,
+                held.release.fail(now, f"version {candidate.version} failed to load: {candidate.reason}"),
+            )
+            self._pinned_changed(model)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _reconcile_file(self, model: str, path: Path, held: ModelRelease | None) -> list[str]:
+        try:
+            spec = spec_from_yaml(path.read_text(encoding="utf-8"), f"{model}/{RELEASE_FILE}")
+        except InvalidArgumentError as exc:
+            log.error("%s", exc.message)
+            return []
+        declared = spec_to_json(spec)
+        if held is not None and held.file_spec == declared:
+            return []
+        if held is not None and held.release.state.active:
+            log.warning(
+                "%s/%s changed while its release is %s; roll it back or promote it before declaring another",
+                model,
+                RELEASE_FILE,
+                held.release.state.value,
+            )
+            return []
+        try:
+            self.start(model, spec, declared)
+        except InvalidArgumentError as exc:
+            log.error("%s/%s: %s", model, RELEASE_FILE, exc.message)
+            return []
+        return [model]
+
+    def _declared(self, model: str) -> dict[str, Any] | None:
+        path = self.repository.root / model / RELEASE_FILE
+        try:
+            return spec_to_json(spec_from_yaml(path.read_text(encoding="utf-8"), f"{model}/{RELEASE_FILE}"))
+        except (OSError, InvalidArgumentError):
+            return None
+
+    def _held(self, model: str) -> ModelRelease:
+        self.repository.model(model)
+        held = self.releases.get(model)
+        if held is None:
+            raise NotFoundError(
+                f"model '{model}' has no release; start one with POST /v2/models/{model}/release"
+            )
+        return held
+
+    def _changed(self, model: str, event: ReleaseEvent) -> None:
+        emit(
+            log,
+            "release_" + event.event,
+            model=model,
+            state=event.state.value,
+            step=event.step,
+            reason=event.reason,
+        )
+        if self.store is not None:
+            self.store.save(model, self.releases[model].release, self.clock())
+
+    def _pinned_changed(self, model: str) -> None:
+        if self.on_pinned_changed is not None:
+            self.on_pinned_changed(model)
+
+
+def _serving(served: Model | None, available: list[int], candidate: int) -> int | None:
+    """The default baseline: the newest READY version that is not the candidate, else the newest
+    version folder below the candidate (at start, before anything is loaded)."""
+    ready = [v.version for v in served.ready_versions if v.version != candidate] if served else []
+    if ready:
+        return ready[-1]
+    older = [number for number in available if number < candidate]
+    return older[-1] if older else None
+
+
+def _may_advance(judgement: Judgement, release: Release) -> bool:
+    """A step ends only when judged and passed; a step at weight 100 has no baseline traffic to judge
+    against (the steps before it were judged), so its duration alone ends it."""
+    step = release.current_step
+    everything = step is not None and step.weight == 100
+    return everything or (judgement.ready and not judgement.failed)
+
+
+def spec_from_body(body: object) -> ReleaseSpec:
+    """``POST /v2/models/{m}/release``'s JSON body, checked as ``release.yaml`` is."""
+    return spec_from_dict(body, "release")
