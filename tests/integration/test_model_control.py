@@ -9,6 +9,7 @@ response names, and a request sent after a switch completed must never be answer
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import threading
 import time
@@ -338,3 +339,25 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits_cleanly(
     assert code == 0
     with pytest.raises(ConnectionRefusedError):
         server.request("GET", "/v2/health/live")
+
+
+def test_poll_mode_applies_a_changed_config_and_a_removed_model(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    root = scaled_repository(tmp_path / "models")
+    server = start_server(root, "--model-control-mode", "poll", "--repository-poll-secs", "1")
+    client = httpclient.InferenceServerClient(server.http_url)
+    assert client.get_model_config("scaled")["max_batch_size"] == 8
+
+    (root / "scaled" / "config.pbtxt").write_text(CONFIG.replace("max_batch_size: 8", "max_batch_size: 2"))
+    deadline = time.monotonic() + 30
+    while client.get_model_config("scaled")["max_batch_size"] != 2:
+        assert time.monotonic() < deadline, server.log()[-2000:]
+        time.sleep(0.1)
+    shutil.rmtree(root / "other")
+    while any(e["name"] == "other" for e in index(server)):
+        assert time.monotonic() < deadline, index(server)
+        time.sleep(0.1)
+
+    assert client.is_model_ready("scaled")
+    assert server.request("GET", "/v2/models/other").status == 404
