@@ -22,7 +22,7 @@ from conch.cli.arguments import LOG_LEVELS, at_least, boolean, choice, log_level
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
-TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "docs")
+TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "release", "docs")
 
 
 def _setting(

@@ -24,7 +24,7 @@ from typing import Any
 from conch.core.errors import InvalidArgumentError, NotFoundError
 from conch.observability.events import emit
 from conch.release.compare import Comparison
-from conch.release.gate import GateLimits, GateTracker, Judgement, Role, StepFigures, judge
+from conch.release.gate import GateTracker, Judgement, Role, StepFigures, judge, limits_of
 from conch.release.prometheus_judge import (
     DRIFT_SCORE_BUCKETS,
     PrometheusClient,
@@ -32,7 +32,7 @@ from conch.release.prometheus_judge import (
     prometheus_figures,
 )
 from conch.release.spec import ReleaseSpec, spec_from_dict, spec_from_yaml, spec_to_json
-from conch.release.state import Release, ReleaseEvent, ReleaseState
+from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
 from conch.repository.model import Model
 from conch.repository.model_repository import ModelRepository
@@ -41,7 +41,6 @@ from conch.repository.version_policy import version_folders
 log = logging.getLogger(__name__)
 
 RELEASE_FILE = "release.yaml"
-ACTIONS = ("promote", "rollback", "pause", "resume")
 
 
 @dataclass
@@ -208,6 +207,7 @@ class ReleaseController:
         if action in ("promote", "resume"):
             held.figures.reset()
             held.tracker.reset()
+            held.last_judgement = None  # the step is judged afresh, as when its duration moves it on
         if action == "rollback":
             held.rollbacks += 1
         self._changed(model, event)
@@ -318,13 +318,7 @@ class ReleaseController:
 
     def _judge(self, model: str, held: ModelRelease) -> Judgement | None:
         gate = held.release.spec.gate
-        limits = GateLimits(
-            gate.min_requests,
-            gate.max_error_rate_increase,
-            gate.max_p95_increase,
-            gate.min_agreement,
-            gate.max_drift_fraction,
-        )
+        limits = limits_of(gate)
         if gate.judge == "local":
             return judge(held.figures.snapshot(), limits)
         assert gate.prometheus_url is not None

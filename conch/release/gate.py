@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from conch.release.compare import Comparison
+from conch.release.spec import GateSpec
 
 #: Largest relative error of a quantile read from :class:`LatencySketch`.
 LATENCY_RELATIVE_ERROR = 0.005
@@ -171,13 +172,25 @@ class StepFigures:
 
 @dataclass(frozen=True)
 class GateLimits:
-    """The release spec's ``gate`` limits that :func:`judge` applies (the integrator maps GateSpec)."""
+    """The release spec's ``gate`` limits that :func:`judge` applies; :func:`limits_of` maps a GateSpec."""
 
     min_requests: int
     max_error_rate_increase: float
     max_p95_increase: float
     min_agreement: float
     max_drift_fraction: float
+
+
+def limits_of(gate: GateSpec) -> GateLimits:
+    """The limits a spec's gate sets: one mapping for the server's gate and ``conch release gate``, so
+    both judge the same figures alike."""
+    return GateLimits(
+        gate.min_requests,
+        gate.max_error_rate_increase,
+        gate.max_p95_increase,
+        gate.min_agreement,
+        gate.max_drift_fraction,
+    )
 
 
 class Outcome(enum.StrEnum):

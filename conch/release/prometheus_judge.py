@@ -151,7 +151,8 @@ class PrometheusClient:
         except urllib.error.HTTPError as exc:  # Prometheus explains a bad query in its JSON body
             answer = _error_body(exc)
         except (OSError, ValueError) as exc:
-            raise PrometheusUnavailableError(f"Prometheus at {self.url} did not answer: {exc}") from None
+            reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+            raise PrometheusUnavailableError(f"Prometheus at {self.url} did not answer: {reason}") from None
         if answer.get("status") != "success" or answer.get("data", {}).get("resultType") != "vector":
             reason = answer.get("error", "not an instant vector")
             raise PrometheusUnavailableError(f"Prometheus at {self.url} refused '{promql}': {reason}")

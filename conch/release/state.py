@@ -33,6 +33,8 @@ from conch.core.errors import InvalidArgumentError
 from conch.release.spec import ReleaseSpec, Step, format_duration, spec_from_dict, spec_to_json
 
 STATE_FORMAT = 1  # the version of to_json's layout, for the day it changes
+#: The :class:`Release` methods a person calls by name (``POST /v2/models/{m}/release/{action}``).
+ACTIONS = ("promote", "rollback", "pause", "resume")
 
 
 class ReleaseState(enum.StrEnum):

@@ -20,7 +20,9 @@ from conch.release.gate import (
     StepFigures,
     VersionFigures,
     judge,
+    limits_of,
 )
+from conch.release.spec import GateSpec
 
 LIMITS = GateLimits(
     min_requests=200,
@@ -299,3 +301,16 @@ def test_reset_starts_a_new_step() -> None:
     assert not tracker.threshold_reached
     assert tracker.last_failure is None
     assert not tracker.observe(failing())
+
+
+def test_limits_of_a_gate_spec_are_its_own_figures() -> None:
+    gate = GateSpec(
+        min_requests=7,
+        max_error_rate_increase=0.02,
+        max_p95_increase=0.5,
+        min_agreement=0.9,
+        max_drift_fraction=0.03,
+    )
+
+    assert limits_of(gate) == GateLimits(7, 0.02, 0.5, 0.9, 0.03)
+    assert limits_of(GateSpec()) == LIMITS, "the spec's defaults are the issue's limits"
