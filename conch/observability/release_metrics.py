@@ -1,6 +1,7 @@
 """The releases' figures at scrape time: weights, states, shadow comparisons, drift and rollbacks.
 
-``conch_shadow_*`` use exactly the names and the drift buckets that ``gate.judge: prometheus`` queries
+``conch_shadow_*``, ``conch_release_answers_total`` and ``conch_release_server_errors_total`` use
+exactly the names and the drift buckets that ``gate.judge: prometheus`` queries
 (:mod:`conch.release.prometheus_judge`), so every replica judges from what every replica exposes.
 """
 
@@ -46,6 +47,16 @@ class ReleaseCollector(Collector):
             "conch_shadow_dropped", "Shadow copies dropped because too many were running", labels=["model"]
         )
         rollbacks = CounterMetricFamily("conch_release_rollbacks", "Releases rolled back", labels=["model"])
+        answers = CounterMetricFamily(
+            "conch_release_answers",
+            "Answers of a release's version the gate counts, shadow copies included",
+            labels=["model", "version"],
+        )
+        server_errors = CounterMetricFamily(
+            "conch_release_server_errors",
+            "Of those answers, the server errors",
+            labels=["model", "version"],
+        )
         drift = HistogramMetricFamily(
             "conch_shadow_drift_score",
             "1 - cosine of the two versions' float outputs, per compared request",
@@ -60,9 +71,12 @@ class ReleaseCollector(Collector):
             agreements.add_metric([model], held.agreements)
             dropped.add_metric([model], held.dropped)
             rollbacks.add_metric([model], held.rollbacks)
+            for version in (held.release.baseline, held.release.spec.candidate):
+                answers.add_metric([model, str(version)], held.answers[version])
+                server_errors.add_metric([model, str(version)], held.server_errors[version])
             cumulative, buckets = 0, []
             for bound, count in zip([*DRIFT_SCORE_BUCKETS, float("inf")], held.drift_buckets, strict=True):
                 cumulative += count
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             drift.add_metric([model], buckets, held.drift_sum)
-        yield from (weight, state, compared, agreements, dropped, rollbacks, drift)
+        yield from (weight, state, compared, agreements, dropped, rollbacks, answers, server_errors, drift)

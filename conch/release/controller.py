@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ class ModelRelease:
     figures: StepFigures
     tracker: GateTracker
     last_judgement: Judgement | None = None
-    #: ``conch_shadow_*`` and ``conch_release_rollbacks_total``, over the release's whole life.
+    #: ``conch_shadow_*`` and ``conch_release_*_total``, over the release's whole life.
     compared: int = 0
     agreements: int = 0
     dropped: int = 0
@@ -60,6 +61,11 @@ class ModelRelease:
     drift_sum: float = 0.0
     #: The spec as ``release.yaml`` gave it, to tell a changed file from an unchanged one.
     file_spec: dict[str, Any] | None = None
+    #: Per version, every answer the local gate counts (routed ones and shadow copies) and its server
+    #: errors, so that ``judge: prometheus`` counts the same: Triton's ``nv_inference_*`` leave the
+    #: copies out, and a dark launch (``weight: 0, shadow: true``) would never reach ``min_requests``.
+    answers: Counter[int] = field(default_factory=Counter)
+    server_errors: Counter[int] = field(default_factory=Counter)
 
     @classmethod
     def of(cls, release: Release) -> ModelRelease:
@@ -142,6 +148,8 @@ class ReleaseController:
         held = self.releases.get(model)
         if role is not None and held is not None and held.release.state is ReleaseState.PROGRESSING:
             held.figures.record_answer(role, seconds, server_error)
+            held.answers[version] += 1
+            held.server_errors[version] += server_error
 
     def record_comparison(self, model: str, comparison: Comparison) -> None:
         held = self.releases.get(model)

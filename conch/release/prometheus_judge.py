@@ -5,10 +5,12 @@ When every replica runs the same queries against the same Prometheus, they all r
 :class:`~conch.release.gate.GateFigures` and reach the same :func:`~conch.release.gate.judge`ment
 without talking to each other. The queries read what conch already exports:
 
-- answers: ``nv_inference_request_success`` plus server errors,
-  ``nv_inference_request_failure{reason="BACKEND"}`` (client errors, ``REJECTED``, are left out as
-  in the local gate);
-- P95: ``histogram_quantile`` over ``conch_inference_request_duration_seconds``. Its buckets are a
+- answers: ``conch_release_answers_total`` and ``conch_release_server_errors_total``, counted from
+  the same answers as the local gate: routed ones and shadow copies, without client errors. Triton's
+  ``nv_inference_request_*`` count routed answers only, so in a dark launch (``weight: 0, shadow:
+  true``) the candidate would never reach ``min_requests`` and the step could never end;
+- P95: ``histogram_quantile`` over ``conch_inference_request_duration_seconds``, the routed answers
+  only (a dark launch's candidate P95 is no data, a pending check). Its buckets are a
   factor 2 to 2.5 apart and Prometheus interpolates linearly inside one, so this P95 is coarser than
   the local sketch's: a threefold slowdown shows plainly, a rise near 20% is judged on interpolation;
 - shadow comparisons: ``conch_shadow_compared_total``, ``conch_shadow_agreements_total`` and the
@@ -73,9 +75,10 @@ def prometheus_queries(model: str, baseline: str, candidate: str, window_s: floa
     queries: dict[str, str] = {}
     for role, version in ((Role.BASELINE, baseline), (Role.CANDIDATE, candidate)):
         answers = _selector(model=model, version=version)
-        errors = _selector(model=model, version=version, reason="BACKEND")
-        queries[f"{role}_success"] = f"sum(increase(nv_inference_request_success{answers}{window}))"
-        queries[f"{role}_server_errors"] = f"sum(increase(nv_inference_request_failure{errors}{window}))"
+        queries[f"{role}_answers"] = f"sum(increase(conch_release_answers_total{answers}{window}))"
+        queries[f"{role}_server_errors"] = (
+            f"sum(increase(conch_release_server_errors_total{answers}{window}))"
+        )
         queries[f"{role}_p95"] = (
             "histogram_quantile(0.95, sum by (le) "
             f"(rate(conch_inference_request_duration_seconds_bucket{answers}{window})))"
@@ -116,10 +119,9 @@ def figures_from_prometheus(answers: Mapping[str, list[Sample]], drift_threshold
     """Turn each query's ``data.result`` (keyed as :func:`prometheus_queries`) into the gate's figures."""
 
     def version(role: Role) -> VersionFigures:
-        errors = _count(answers[f"{role}_server_errors"])
         return VersionFigures(
-            requests=_count(answers[f"{role}_success"]) + errors,
-            server_errors=errors,
+            requests=_count(answers[f"{role}_answers"]),
+            server_errors=_count(answers[f"{role}_server_errors"]),
             p95_s=_quantile(answers[f"{role}_p95"]),
         )
 

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import bisect
 import json
-import shutil
-import subprocess
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,9 +26,9 @@ from tritonclient.utils import InferenceServerException
 from conch.observability.statistics import LATENCY_BUCKETS_S
 from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.metrics_scrape import HISTOGRAMS, TRITON_COUNTERS
-from tests.integration.server_process import ServerProcess, free_port
+from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
+from tests.integration.server_process import ServerProcess
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="the prometheus binary is not installed (.ci/run installs it with apt-get)"
 )
@@ -121,53 +117,10 @@ def conch(
 
 @pytest.fixture(scope="module")
 def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    assert PROMETHEUS is not None
-    home = tmp_path_factory.mktemp("prometheus")
-    config = home / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: conch\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{conch.metrics_port}']\n"
-    )
-    port = free_port()
-    command = [
-        PROMETHEUS,
-        f"--config.file={config}",
-        f"--storage.tsdb.path={home / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    log_path = home / "prometheus.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=home, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process, log_path)
-        yield Prometheus(f"http://127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_until_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"prometheus exited with {process.returncode}:\n{log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"prometheus was not ready after {timeout}s:\n{log_path.read_text()}")
+    with running_prometheus(
+        tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{conch.metrics_port}"]
+    ) as url:
+        yield Prometheus(url)
 
 
 def request_inputs(index: int) -> tuple[list[httpclient.InferInput], np.ndarray | None]:

@@ -1,16 +1,14 @@
 """``judge: prometheus`` against a real Prometheus scraping two replicas: one judgement for both.
 
 Each replica here is conch's metrics exposition (:func:`conch.observability.exposition.render` over
-the real :class:`InferenceStatisticsCollector`) plus the shadow families under the names the gate
-reads, served on its own port. Both replicas report the same traffic, so the sums over replicas are
-twice one replica's; Prometheus's ``increase()`` extrapolates to the window's edges, so counts are
-checked as ratios, which extrapolation keeps.
+the real :class:`InferenceStatisticsCollector`) plus the release's answer and shadow families under
+the names the gate reads, served on its own port. Both replicas report the same traffic, so the sums
+over replicas are twice one replica's; Prometheus's ``increase()`` extrapolates to the window's edges,
+so counts are checked as ratios, which extrapolation keeps.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,10 +28,9 @@ from conch.release.prometheus_judge import (
     PrometheusUnavailableError,
     prometheus_figures,
 )
+from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
 from tests.integration.server_process import free_port
-from tests.integration.test_prometheus import wait_until_ready
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed")
 
 MODEL = "iris"
@@ -55,11 +52,16 @@ class Replica:
         self.registry.register(InferenceStatisticsCollector(lambda: list(self.versions.values())))
         self.compared = Counter("conch_shadow_compared", "", ["model"], registry=self.registry)
         self.agreements = Counter("conch_shadow_agreements", "", ["model"], registry=self.registry)
+        self.answers = Counter("conch_release_answers", "", ["model", "version"], registry=self.registry)
+        self.errors = Counter("conch_release_server_errors", "", ["model", "version"], registry=self.registry)
         self.drift = PromHistogram(
             "conch_shadow_drift_score", "", ["model"], buckets=DRIFT_SCORE_BUCKETS, registry=self.registry
         )
         for family in (self.compared, self.agreements, self.drift):
             family.labels(MODEL)  # the series exist, at 0, from the first scrape
+        for version in self.versions:
+            self.answers.labels(MODEL, version)
+            self.errors.labels(MODEL, version)
         self.lock = threading.Lock()
         self.port = free_port()
         replica = self
@@ -87,6 +89,8 @@ class Replica:
                 stats.success.add(int(seconds * 1e9))
                 stats.request_seconds.observe(seconds)
             stats.failures_by_reason["BACKEND"] = stats.failures_by_reason.get("BACKEND", 0) + server_errors
+            self.answers.labels(MODEL, version).inc(count + server_errors)
+            self.errors.labels(MODEL, version).inc(server_errors)
 
     def shadow(self, agreed: int, drifts: list[float]) -> None:
         with self.lock:
@@ -108,34 +112,9 @@ def replicas() -> Iterator[list[Replica]]:
 def prometheus(
     replicas: list[Replica], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusClient]:
-    assert PROMETHEUS is not None
-    home = tmp_path_factory.mktemp("prometheus-release")
-    targets = ", ".join(f"'127.0.0.1:{replica.port}'" for replica in replicas)
-    config = home / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: conch\n    static_configs:\n      - targets: [{targets}]\n"
-    )
-    port = free_port()
-    command = [
-        PROMETHEUS,
-        f"--config.file={config}",
-        f"--storage.tsdb.path={home / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    log_path = home / "prometheus.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, cwd=home, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until_ready(f"http://127.0.0.1:{port}", process, log_path)
-        yield PrometheusClient(f"http://127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    targets = [f"127.0.0.1:{replica.port}" for replica in replicas]
+    with running_prometheus(tmp_path_factory.mktemp("prometheus-release"), targets) as url:
+        yield PrometheusClient(url)
 
 
 def wait_for(client: PrometheusClient, promql: str, expected: float, timeout: float = 20) -> None:

@@ -33,10 +33,10 @@ def drift_buckets(cumulative: dict[str, str]) -> list[dict[str, Any]]:
 
 
 ANSWERS: dict[str, list[dict[str, Any]]] = {
-    "baseline_success": [sample("600.5")],
+    "baseline_answers": [sample("600.5")],
     "baseline_server_errors": [sample("0")],
     "baseline_p95": [sample("0.004875")],
-    "candidate_success": [sample("570")],
+    "candidate_answers": [sample("600")],
     "candidate_server_errors": [sample("30")],
     "candidate_p95": [sample("0.04875")],
     "compared": [sample("400")],
@@ -48,11 +48,11 @@ ANSWERS: dict[str, list[dict[str, Any]]] = {
 
 def test_queries_name_conch_metrics_with_model_and_version() -> None:
     queries = prometheus_queries("iris", "1", "2", 90)
-    assert queries["baseline_success"] == (
-        'sum(increase(nv_inference_request_success{model="iris",version="1"}[90000ms]))'
+    assert queries["baseline_answers"] == (
+        'sum(increase(conch_release_answers_total{model="iris",version="1"}[90000ms]))'
     )
     assert queries["candidate_server_errors"] == (
-        'sum(increase(nv_inference_request_failure{model="iris",version="2",reason="BACKEND"}[90000ms]))'
+        'sum(increase(conch_release_server_errors_total{model="iris",version="2"}[90000ms]))'
     )
     assert queries["candidate_p95"] == (
         "histogram_quantile(0.95, sum by (le) "
