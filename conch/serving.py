@@ -264,7 +264,7 @@ async def check_releases(releases: ReleaseController) -> None:
     while True:
         await asyncio.sleep(RELEASE_CHECK_SECS)
         try:
-            releases.check()
+            await releases.check_off_loop()
         except Exception:
             log.exception("checking the releases failed")
 

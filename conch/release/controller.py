@@ -13,6 +13,7 @@ policy says) is :meth:`pinned`; the lifecycle asks it on each load.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import time
@@ -196,6 +197,11 @@ class ReleaseController:
                     f"release: baseline version {spec.baseline} of '{model}' is not READY (its version "
                     f"folders are {available}); name a version that loads"
                 )
+        candidate = served.versions.get(spec.candidate) if served else None
+        if candidate is not None and not candidate.ready:
+            raise InvalidArgumentError(
+                f"release: candidate version {spec.candidate} of '{model}' is not READY: {candidate.reason}"
+            )
         release = Release.create(spec, self.clock(), serving=_serving(served, available, spec.candidate))
         held = ModelRelease.of(release)
         held.file_spec = file_spec
@@ -294,7 +300,21 @@ class ReleaseController:
         for model in list(self.releases):
             self.check_model(model)
 
-    def check_model(self, model: str) -> None:
+    async def check_off_loop(self) -> None:
+        """One round, with Prometheus's queries on a worker thread: a slow Prometheus never holds the
+        event loop (and the requests on it); the decisions are then taken on the loop, as in :meth:`check`."""
+        for model in list(self.releases):
+            held = self.releases.get(model)
+            remote = held is not None and held.release.spec.gate.judge == "prometheus"
+            if held is not None and remote and held.release.state is ReleaseState.PROGRESSING:
+                judged = await asyncio.to_thread(self._judge, model, held)
+                self.check_model(model, judged, prejudged=True)
+            else:
+                self.check_model(model)
+
+    def check_model(self, model: str, judged: Judgement | None = None, prejudged: bool = False) -> None:
+        """Judge ``model``'s release (or, ``prejudged``, take ``judged``, reached off the loop: None when
+        Prometheus could not answer) and move it on if due."""
         held = self.releases[model]
         release = held.release
         now = self.clock()
@@ -303,7 +323,7 @@ class ReleaseController:
             return
         if release.state is not ReleaseState.PROGRESSING:
             return
-        judgement = self._judge(model, held)
+        judgement = judged if prejudged else self._judge(model, held)
         if judgement is None:
             return
         held.last_judgement = judgement

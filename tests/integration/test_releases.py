@@ -268,3 +268,22 @@ def test_a_second_release_and_a_promote_with_nothing_to_promote_are_refused(
     assert rolled.status == 200 and rolled.json()["state"] == "rolled_back"
     assert nothing.status == 400 and "nothing to promote" in nothing.json()["error"]
     assert unknown.status == 404 and "no release action 'explode'" in unknown.json()["error"]
+
+
+def test_a_candidate_that_fails_to_load_fails_the_release_and_the_baseline_serves(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    release = "candidate: 2\nbaseline: 1\nsteps:\n  - {weight: 10, duration: 1h}\n  - {weight: 100}\n"
+    root = repository(tmp_path / "models", {1: 1.0}, release)
+    (root / "scored" / "2").mkdir()
+    (root / "scored" / "2" / "model.onnx").write_bytes(b"not an onnx model")
+    server = start_server(root, "--state-dir", str(tmp_path / "state"), "--strict-readiness", "false")
+
+    failed = wait_for(server, "failed", traffic=False)
+    again = server.request(
+        "POST", "/v2/models/scored/release", json.dumps({"candidate": 2, "steps": [{"weight": 100}]}).encode()
+    )
+
+    assert failed["history"][-1]["reason"].startswith("version 2 failed to load")
+    assert {infer(server)[0] for _ in range(10)} == {"1"}
+    assert again.status == 400 and "candidate version 2 of 'scored' is not READY" in again.json()["error"]
