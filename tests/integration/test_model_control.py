@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.onnx_models import add_sub_model, counting_loop_model, scale_model, write_repository
+from tests.integration.load_traffic import CLIENTS, Traffic
 from tests.integration.server_process import ServerProcess
 
-CLIENTS = 32
 SWITCHES = 20
 LATE_REQUEST = b'{"inputs":[{"name":"ITERATIONS","shape":[1,1],"datatype":"INT64","data":[1]}]}'
 CONFIG = 'name: "scaled"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
@@ -47,72 +46,12 @@ def scaled_repository(root: Path) -> Path:
     return root
 
 
-@dataclass
-class Answer:
-    sent: float
-    version: int
-    factor: float
-
-
-@dataclass
-class Traffic:
-    """Clients sending without pause until stopped; what each answer said, and every failure."""
-
-    server: ServerProcess
-    stop: threading.Event = field(default_factory=threading.Event)
-    answers: list[Answer] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(self) -> Traffic:
-        for index in range(CLIENTS):
-            target = self._http if index % 2 else self._grpc
-            thread = threading.Thread(target=target, daemon=True)
-            thread.start()
-            self.threads.append(thread)
-        return self
-
-    def finish(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def _record(self, sent: float, version: str, output: np.ndarray) -> None:
-        self.answers.append(Answer(sent, int(version), float(output[0, 0])))
-
-    def _http(self) -> None:
-        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=60)
-        values = np.ones((1, 4), np.float32)
-        while not self.stop.is_set():
-            request = httpclient.InferInput("INPUT0", [1, 4], "FP32")
-            request.set_data_from_numpy(values)
-            sent = time.monotonic()
-            try:
-                result = client.infer("scaled", [request])
-                self._record(sent, result.get_response()["model_version"], result.as_numpy("OUTPUT0"))
-            except InferenceServerException as exc:
-                self.failures.append(f"HTTP: {exc}")
-
-    def _grpc(self) -> None:
-        client = grpcclient.InferenceServerClient(self.server.grpc_url)
-        values = np.ones((1, 4), np.float32)
-        while not self.stop.is_set():
-            request = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
-            request.set_data_from_numpy(values)
-            sent = time.monotonic()
-            try:
-                result = client.infer("scaled", [request])
-                self._record(sent, result.get_response().model_version, result.as_numpy("OUTPUT0"))
-            except InferenceServerException as exc:
-                self.failures.append(f"gRPC: {exc}")
-
-
 @pytest.fixture
 def traffic() -> Iterator[Callable[[ServerProcess], Traffic]]:
     running: list[Traffic] = []
 
     def start(server: ServerProcess) -> Traffic:
-        running.append(Traffic(server).start())
+        running.append(Traffic(server, "scaled").start())
         return running[-1]
 
     yield start
@@ -125,7 +64,7 @@ def check_answers(traffic: Traffic, switched_at: dict[int, float]) -> None:
     assert traffic.failures == [], traffic.failures[:5]
     assert len(traffic.answers) > 200, "too few requests to say anything"
     for answer in traffic.answers:
-        assert answer.factor == answer.version, answer
+        assert float(answer.output[0, 0]) == answer.version, answer
         newest = max((v for v, at in switched_at.items() if at <= answer.sent), default=1)
         assert answer.version >= newest, (answer, newest)
     assert {a.version for a in traffic.answers} >= set(switched_at) - {max(switched_at)}
