@@ -41,6 +41,7 @@ from conch.router.fallback import (
     FallbackLevel,
     FallbackPolicy,
     FallbackReason,
+    mark_cpu_fallback,
     policy_from_config,
     strategy_from_config,
 )
@@ -270,17 +271,7 @@ class ModelLoader:
                 "FALLBACK_STRATEGY to run on the CPU instead"
             )
         version.statistics.gpu_fallback_instances = wanted_gpus
-        version.fallback_marker = (FallbackLevel.CPU, FallbackReason.GPU_UNAVAILABLE)
-        emit(
-            log,
-            "fallback",
-            logging.WARNING,
-            model=version.name,
-            version=version.version,
-            level=FallbackLevel.CPU.value,
-            reason=FallbackReason.GPU_UNAVAILABLE.value,
-            gpu_instances=wanted_gpus,
-        )
+        mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted_gpus)
 
     def _cpu_scheduler_factory(
         self, version: ModelVersion, model_file: Path, count: int

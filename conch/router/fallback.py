@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
+from conch.observability.events import emit
+
+log = logging.getLogger(__name__)
 
 STRATEGY_PARAMETER = "FALLBACK_STRATEGY"
 BUSINESS_DEFAULT_PARAMETER = "FALLBACK_BUSINESS_DEFAULT"
@@ -169,3 +174,27 @@ def _row(name: str, values: object, output: mc.ModelOutput) -> np.ndarray:
     if datatype.name == "BYTES":
         shaped = np.vectorize(lambda v: str(v).encode(), otypes=[object])(shaped)
     return shaped
+
+
+def mark_cpu_fallback(version: ModelVersionLike, reason: FallbackReason, **detail: object) -> None:
+    """``version`` now answers on CPU instances for ``reason``: every answer says so, and it is logged."""
+    version.fallback_marker = (FallbackLevel.CPU, reason)
+    emit(
+        log,
+        "fallback",
+        logging.WARNING,
+        model=version.name,
+        version=version.version,
+        level=FallbackLevel.CPU.value,
+        reason=reason.value,
+        **detail,
+    )
+
+
+class ModelVersionLike(Protocol):
+    """What :func:`mark_cpu_fallback` needs of a served version (``conch.repository.model`` imports this
+    module, so the type is named by shape)."""
+
+    name: str
+    version: int
+    fallback_marker: tuple[FallbackLevel | None, FallbackReason | None]

@@ -30,7 +30,7 @@ from conch.release.controller import ReleaseController
 from conch.repository.model import Model, ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CallOutcome
-from conch.router.fallback import FallbackLevel, FallbackReason, business_outputs
+from conch.router.fallback import FallbackLevel, FallbackReason, business_outputs, mark_cpu_fallback
 from conch.router.release_split import pick
 from conch.router.shadow import ShadowRunner
 from conch.scheduling.scheduler import ScheduledRequest
@@ -160,17 +160,7 @@ class VersionRouter:
         scheduler = await asyncio.to_thread(factory)
         retired, version.scheduler = version.scheduler, scheduler
         version.cpu_fallback = None
-        version.fallback_marker = (FallbackLevel.CPU, FallbackReason.DEVICE_ERROR)
-        emit(
-            log,
-            "fallback",
-            logging.WARNING,
-            model=version.name,
-            version=version.version,
-            level=FallbackLevel.CPU.value,
-            reason=FallbackReason.DEVICE_ERROR.value,
-            error=error[:200],
-        )
+        mark_cpu_fallback(version, FallbackReason.DEVICE_ERROR, error=error[:200])
         if retired is not None:
             version.retired_schedulers.append(retired)
 
