@@ -89,6 +89,10 @@ class InferenceServer:
             raise UnavailableError("this server cannot unload models: it serves a fixed repository")
         await self.control.unload(name)
 
+    def splits(self, name: str) -> bool:
+        """Whether a release decides where ``name``'s unversioned requests go (route keys matter)."""
+        return self.releases is not None and name in self.releases.releases
+
     def release_status(self, name: str) -> dict[str, Any]:
         """``GET /v2/models/{m}/release``: the release's state, weights, gate figures and history."""
         return self._releases().status(name)

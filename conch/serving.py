@@ -41,9 +41,8 @@ from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController
 from conch.release.store import ReleaseStore
 from conch.repository.model_repository import ModelRepository
-from conch.repository.object_cache import mirrored_from
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
-from conch.router.fallback import parse_strategy
+from conch.router.strategy import parse_strategy
 from conch.server import InferenceServer, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -146,9 +145,14 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     repository = ModelRepository(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
     releases = release_controller(repository, control, settings)
-    store = mirrored_from(settings.repository)
-    if store is not None:  # an s3:// repository: each poll first brings its cache up to date
-        control.before_scan = store.poll_refresh
+    if (settings.repository.parent / "source.json").is_file():
+        # An s3:// repository: each poll first brings its cache up to date. boto3 is imported only
+        # then: its import alone adds about 16,000 objects that every full garbage collection walks.
+        from conch.repository.object_cache import mirrored_from
+
+        store = mirrored_from(settings.repository)
+        if store is not None:
+            control.before_scan = store.poll_refresh
     server = InferenceServer(
         repository, ServerOptions(strict_readiness=settings.strict_readiness), control, releases
     )

@@ -252,7 +252,7 @@ def breaker_defaults(args: argparse.Namespace) -> Any:
 def fallback_strategy(text: str) -> str:
     """A ``MODEL->CPU->BUSINESS`` strategy, checked here so a typo stops the server before it starts."""
     from conch.core.errors import ConchError
-    from conch.router.fallback import parse_strategy
+    from conch.router.strategy import parse_strategy
 
     try:
         parse_strategy(text, "--fallback-strategy")

@@ -38,13 +38,13 @@ from conch.router.circuit_breaker import (
     settings_from_config,
 )
 from conch.router.fallback import (
-    FallbackLevel,
     FallbackPolicy,
     FallbackReason,
     mark_cpu_fallback,
     policy_from_config,
     strategy_from_config,
 )
+from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler

@@ -11,7 +11,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.statistics import ModelStatistics
 from conch.router.circuit_breaker import CircuitBreaker
-from conch.router.fallback import FallbackLevel, FallbackPolicy, FallbackReason
+from conch.router.fallback import FallbackPolicy, FallbackReason
+from conch.router.strategy import FallbackLevel
 from conch.scheduling.scheduler import Scheduler
 
 

@@ -29,17 +29,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
 from conch.observability.events import emit
+from conch.router.strategy import STRATEGY_PARAMETER, FallbackLevel, parse_strategy
 
 log = logging.getLogger(__name__)
 
-STRATEGY_PARAMETER = "FALLBACK_STRATEGY"
 BUSINESS_DEFAULT_PARAMETER = "FALLBACK_BUSINESS_DEFAULT"
-
-
-class FallbackLevel(enum.Enum):
-    MODEL = "MODEL"
-    CPU = "CPU"
-    BUSINESS = "BUSINESS"
 
 
 class FallbackReason(enum.Enum):
@@ -83,27 +77,6 @@ def is_device_error(message: str) -> bool:
     """Whether a failed run's message is a device error (the CPU fallback's trigger), by its words."""
     lowered = message.lower()
     return any(marker in lowered for marker in DEVICE_ERROR_MARKERS)
-
-
-def parse_strategy(text: str, where: str = STRATEGY_PARAMETER) -> tuple[FallbackLevel, ...]:
-    """``"MODEL->CPU->BUSINESS"`` as levels; an unknown or repeated level is refused by name."""
-    if not text.strip() or text.strip().upper() == "NONE":
-        return ()
-    levels = []
-    for part in text.split("->"):
-        name = part.strip().upper()
-        try:
-            level = FallbackLevel(name)
-        except ValueError:
-            allowed = "->".join(level.value for level in FallbackLevel)
-            raise InvalidArgumentError(
-                f"{where} has the unknown level '{part.strip()}'; use an ordered subset of {allowed}, "
-                "separated by '->'"
-            ) from None
-        if level in levels:
-            raise InvalidArgumentError(f"{where} names {name} twice")
-        levels.append(level)
-    return tuple(levels)
 
 
 def strategy_from_config(

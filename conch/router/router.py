@@ -30,9 +30,10 @@ from conch.release.controller import ReleaseController
 from conch.repository.model import Model, ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CallOutcome
-from conch.router.fallback import FallbackLevel, FallbackReason, business_outputs, mark_cpu_fallback
+from conch.router.fallback import FallbackReason, business_outputs, mark_cpu_fallback
 from conch.router.release_split import pick
 from conch.router.shadow import ShadowRunner
+from conch.router.strategy import FallbackLevel
 from conch.scheduling.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)

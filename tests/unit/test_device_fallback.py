@@ -20,7 +20,8 @@ from conch.core.errors import InternalError
 from conch.core.types import ExecutionTiming, InferenceRequest, Tensor
 from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import FallbackLevel, FallbackPolicy, is_device_error
+from conch.router.fallback import FallbackPolicy, is_device_error
+from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler

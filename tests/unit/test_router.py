@@ -14,14 +14,13 @@ from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.fallback import (
-    FallbackLevel,
     FallbackPolicy,
     FallbackReason,
     business_outputs,
-    parse_strategy,
     policy_from_config,
 )
 from conch.router.router import LOG_EVERY_S, VersionRouter
+from conch.router.strategy import FallbackLevel, parse_strategy
 
 OUTPUTS = (
     'output [ { name: "score" data_type: TYPE_FP32 dims: [ 2 ] }, '

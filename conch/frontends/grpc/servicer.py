@@ -97,7 +97,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
-            return await self._infer(request, _route_key(context))
+            # Reading a call's metadata costs a conversion from gRPC's core: only when a release splits.
+            key = _route_key(context) if self.server.splits(request.model_name) else None
+            return await self._infer(request, key)
         except ConchError as exc:
             await _abort(context, exc)
             raise
