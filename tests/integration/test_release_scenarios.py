@@ -14,6 +14,7 @@ own input (what the baseline computes), whichever version answered. Each release
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,9 +38,11 @@ from tests.integration.server_process import ServerProcess
 
 CONFIG = 'name: "{name}"\nmax_batch_size: 8\nversion_policy: {{ latest: {{ num_versions: 1 }} }}\n'
 # The models here answer in tens of microseconds, where scheduling noise alone moves a version's P95 by
-# half (measured: +63% between two identical versions), so P95 must rise by 150% to fail a release; the
-# slow candidate measured +353% to +376%.
+# half or more (measured: +63% and +153% between versions that compute the same), so the promoted
+# release allows any P95 and the rolled-back ones a rise of 150%; the slow candidate measured +353% to
+# +376%. Noise may add P95 to the failed checks of a bad candidate: its own figure must be among them.
 GATE = {"min_requests": 30, "failure_threshold": 2, "max_p95_increase": 1.5}
+SAME_MODEL_GATE = {**GATE, "max_p95_increase": 100.0}
 
 
 def uniform() -> np.ndarray:
@@ -178,7 +181,9 @@ def test_a_bad_candidate_is_rolled_back_on_its_figure_with_no_failed_request(
 
     assert rolled["state"] == "rolled_back"
     reason = rolled["history"][-1]["reason"]
-    assert reason.startswith(f"gate: {figure}"), reason
+    assert reason.startswith("gate: ") and re.search(
+        rf"\b{figure} [-\d.e]+ \(limit [\d.e]+\): failed", reason
+    ), reason
     check_clients(traffic)
     assert {a.version for a in traffic.answers} == {1}, (
         "a weight-0 shadow step answers nothing from the candidate"

@@ -34,6 +34,7 @@ steps:
 gate:
   min_requests: 20
   failure_threshold: 2
+  max_p95_increase: 100   # microsecond models: scheduling noise alone moves P95 by half
 """
 
 
@@ -120,7 +121,7 @@ def test_a_candidate_that_disagrees_is_rolled_back_by_the_gate(
         "candidate": 9,
         "baseline": 1,
         "steps": [{"weight": 50, "duration": "1h", "shadow": True}, {"weight": 100}],
-        "gate": {"min_requests": 10, "failure_threshold": 2},
+        "gate": {"min_requests": 10, "failure_threshold": 2, "max_p95_increase": 100},
     }
     reply = server.request("POST", "/v2/models/scored/release", json.dumps(spec).encode())
     assert reply.status == 200, reply.body
