@@ -39,6 +39,7 @@ from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController
+from conch.release.declarations import reconcile_files, resume_saved
 from conch.release.store import ReleaseStore
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
@@ -174,8 +175,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("loading model repository %s", settings.repository)
     try:
         # Releases first, so their versions load whatever the policy says.
-        releases.resume_saved()
-        releases.reconcile_files()
+        resume_saved(releases)
+        reconcile_files(releases)
         control.load_startup()
     except BaseException:
         if relay is not None:
@@ -251,7 +252,7 @@ def release_controller(
     )
     releases = ReleaseController(repository, ReleaseStore(state_dir))
     control.pinned = releases.pinned
-    control.after_scan = releases.reconcile_files
+    control.after_scan = lambda: reconcile_files(releases)
     refreshing: set[asyncio.Task[None]] = set()
 
     def reload(name: str) -> None:

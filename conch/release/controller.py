@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from conch.core.errors import InvalidArgumentError, NotFoundError
@@ -33,7 +32,7 @@ from conch.release.prometheus_judge import (
     PrometheusUnavailableError,
     prometheus_figures,
 )
-from conch.release.spec import ReleaseSpec, spec_from_dict, spec_from_yaml, spec_to_json
+from conch.release.spec import ReleaseSpec, spec_from_dict
 from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
 from conch.repository.model import Model
@@ -41,8 +40,6 @@ from conch.repository.model_repository import ModelRepository
 from conch.repository.version_policy import version_folders
 
 log = logging.getLogger(__name__)
-
-RELEASE_FILE = "release.yaml"
 
 
 @dataclass
@@ -211,13 +208,14 @@ class ReleaseController:
         self.check_model(model)
         return release
 
-    def act(self, model: str, action: str) -> Release:
-        """``promote``, ``rollback``, ``pause`` or ``resume`` by hand."""
+    def act(self, model: str, action: str, reason: str | None = None) -> Release:
+        """``promote``, ``rollback``, ``pause`` or ``resume``, by hand unless ``reason`` says why."""
         held = self._held(model)
         now = self.clock()
         if action not in ACTIONS:
             raise NotFoundError(f"no release action '{action}'; the actions are {list(ACTIONS)}")
-        event = getattr(held.release, action)(now)
+        act = getattr(held.release, action)
+        event = act(now) if reason is None else act(now, reason)
         if action in ("promote", "resume"):
             held.figures.reset()
             held.tracker.reset()
@@ -256,42 +254,12 @@ class ReleaseController:
         }
         return body
 
-    def resume_saved(self) -> None:
-        """At start: every release the state dir holds, resumed where it was."""
-        if self.store is None:
-            return
-        now = self.clock()
-        folders = {folder.name for folder in self.repository.model_folders()}
-        for model in self.store.models():
-            if model not in folders:
-                continue
-            try:
-                release = self.store.load(model, now)
-            except InvalidArgumentError as exc:
-                log.error("release state of '%s' is unreadable, ignored: %s", model, exc.message)
-                continue
-            if release is not None:
-                self.releases[model] = ModelRelease.of(release)
-                # Declared by its file when the file still declares it; else it came through the API.
-                declared = self._declared(model)
-                self.releases[model].file_spec = declared if declared == spec_to_json(release.spec) else None
-                emit(log, "release_resumed", model=model, state=release.state.value, step=release.step)
-
-    def reconcile_files(self) -> list[str]:
-        """Read each model's ``release.yaml``: start what appeared, stop what was removed. Names acted on."""
-        acted = []
-        for folder in self.repository.model_folders():
-            path = folder / RELEASE_FILE
-            held = self.releases.get(folder.name)
-            if path.is_file():
-                acted += self._reconcile_file(folder.name, path, held)
-            elif held is not None and held.file_spec is not None and held.release.state.active:
-                event = held.release.rollback(self.clock(), f"{RELEASE_FILE} was removed")
-                held.rollbacks += 1
-                self._changed(folder.name, event)
-                self._pinned_changed(folder.name)
-                acted.append(folder.name)
-        return acted
+    def adopt(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> None:
+        """Take over a release saved before a restart, as it was (:mod:`.declarations` reads it)."""
+        held = ModelRelease.of(release)
+        held.file_spec = file_spec
+        self.releases[model] = held
+        emit(log, "release_resumed", model=model, state=release.state.value, step=release.step)
 
     # -- the gate -----------------------------------------------------------------------------------
 
@@ -380,37 +348,6 @@ class ReleaseController:
             self._pinned_changed(model)
 
     # -- plumbing -----------------------------------------------------------------------------------
-
-    def _reconcile_file(self, model: str, path: Path, held: ModelRelease | None) -> list[str]:
-        try:
-            spec = spec_from_yaml(path.read_text(encoding="utf-8"), f"{model}/{RELEASE_FILE}")
-        except InvalidArgumentError as exc:
-            log.error("%s", exc.message)
-            return []
-        declared = spec_to_json(spec)
-        if held is not None and held.file_spec == declared:
-            return []
-        if held is not None and held.release.state.active:
-            log.warning(
-                "%s/%s changed while its release is %s; roll it back or promote it before declaring another",
-                model,
-                RELEASE_FILE,
-                held.release.state.value,
-            )
-            return []
-        try:
-            self.start(model, spec, declared)
-        except InvalidArgumentError as exc:
-            log.error("%s/%s: %s", model, RELEASE_FILE, exc.message)
-            return []
-        return [model]
-
-    def _declared(self, model: str) -> dict[str, Any] | None:
-        path = self.repository.root / model / RELEASE_FILE
-        try:
-            return spec_to_json(spec_from_yaml(path.read_text(encoding="utf-8"), f"{model}/{RELEASE_FILE}"))
-        except (OSError, InvalidArgumentError):
-            return None
 
     def _held(self, model: str) -> ModelRelease:
         self.repository.model(model)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conch.repository.object_cache import cache_folder, group_of, plan_sync
+from conch.repository.object_cache import cache_folder
 from conch.repository.object_store import (
     ObjectStoreError,
     ObjectStoreLocationError,
@@ -15,6 +15,7 @@ from conch.repository.object_store import (
     parse_s3_url,
     relative_path,
 )
+from conch.repository.sync_plan import group_of, plan_sync
 
 
 @pytest.mark.parametrize(
