@@ -10,7 +10,7 @@ request that ran on both versions (a shadow copy), every compared output gives t
 - **agreement**: the same decision. A float output whose last dimension is above 1 holds scores per
   class, so the argmax of every row must be the same. Integer, BOOL and BYTES outputs (labels, ids,
   strings) must be equal. Any other float output (a regression value, a single logit) must be within
-  the validator's tolerance of batch invariance (:data:`conch.validation.runtime.TOLERANCES`), the
+  the validator's tolerance of batch invariance (:data:`conch.core.tolerances.TOLERANCES`), the
   same figure that says two runs of one model compute the same thing.
 
 A request agrees when all its compared outputs agree; its drift is the largest of its float outputs'.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conch.core.datatypes import from_name
-from conch.validation.runtime import TOLERANCES
+from conch.core.tolerances import tolerance_for
 
 #: Drift of outputs that cannot be compared as vectors (shapes differ, an output is missing, a value is
 #: NaN or infinite): as far apart as two unrelated (orthogonal) vectors, so such a request counts as
@@ -76,7 +76,7 @@ def agree(a: np.ndarray, b: np.ndarray, datatype: str) -> bool:
         return bool(a.tolist() == b.tolist())  # exact; works for BYTES object arrays too
     if a.ndim >= 1 and a.shape[-1] > 1:
         return bool(np.array_equal(np.argmax(a, axis=-1), np.argmax(b, axis=-1)))
-    rtol, atol = TOLERANCES.get(a.dtype, TOLERANCES[np.dtype(np.float32)])
+    rtol, atol = tolerance_for(a.dtype)
     return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 

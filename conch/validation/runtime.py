@@ -3,12 +3,13 @@
 - **Determinism**: the same batch run twice must give bitwise identical outputs (a NaN equals a NaN).
   A model that does not (Dropout left in training mode, a random op) answers a retried request
   differently.
-- **Batch invariance**: each row of a batch must match that row run alone, within :data:`TOLERANCES`
-  (relative, absolute) for floating-point outputs and exactly for the others, with NaNs in the same
-  places. Batches of different sizes can take different kernel paths (blocked matrix products against
-  vector ones), which moves the last bits of a float; a row that depends on its batch mates
-  (BatchNormalization in training form, a normalization across the batch axis) differs far beyond
-  these tolerances, and the dynamic batcher would then change answers with the traffic.
+- **Batch invariance**: each row of a batch must match that row run alone, within
+  :data:`conch.core.tolerances.TOLERANCES` (relative, absolute) for floating-point outputs and exactly
+  for the others, with NaNs in the same places. Batches of different sizes can take different kernel
+  paths (blocked matrix products against vector ones), which moves the last bits of a float; a row
+  that depends on its batch mates (BatchNormalization in training form, a normalization across the
+  batch axis) differs far beyond these tolerances, and the dynamic batcher would then change answers
+  with the traffic.
 
 Failing to run at all is a finding too: an error on the warm-up sample, which is meant to be valid
 input, and a warning on random data, which the model may rightly refuse.
@@ -23,16 +24,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.onnxruntime import OnnxRuntimeInstance
 from conch.core.errors import ConchError
+from conch.core.tolerances import tolerance_for
 from conch.core.types import ExecutionTiming
 from conch.validation.findings import Finding, Severity
 from conch.validation.inputs import RuntimeInputs
 
-#: (relative, absolute) tolerance of batch invariance per floating-point numpy kind and size.
-TOLERANCES: dict[np.dtype, tuple[float, float]] = {
-    np.dtype(np.float16): (1e-2, 1e-3),
-    np.dtype(np.float32): (1e-4, 1e-5),
-    np.dtype(np.float64): (1e-9, 1e-12),
-}
 BATCH_ROWS = 4
 
 Outputs = dict[str, np.ndarray]
@@ -135,7 +131,7 @@ def _difference(batched: np.ndarray, alone: np.ndarray) -> str | None:
     if batched.dtype.kind != "f":
         equal = batched.tolist() == alone.tolist()
         return None if equal else f"{_count_different(batched, alone)} of {batched.size} values differ"
-    rtol, atol = TOLERANCES.get(batched.dtype, TOLERANCES[np.dtype(np.float32)])
+    rtol, atol = tolerance_for(batched.dtype)
     if np.allclose(batched, alone, rtol=rtol, atol=atol, equal_nan=True):
         return None
     if not np.array_equal(np.isnan(batched), np.isnan(alone)):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from conch.core.tolerances import TOLERANCES
 from conch.release.compare import UNCOMPARABLE_DRIFT, agree, compare_outputs, drift_score
-from conch.validation.runtime import TOLERANCES
 
 
 def test_equal_vectors_do_not_drift() -> None:
