@@ -21,6 +21,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
+from conch.backends.kinds import BackendKind, backend_kind
 from conch.backends.placement import Placement, instance_placements
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
@@ -51,6 +52,9 @@ from conch.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
+#: Builds one version of a non-ONNX model: ``(version, model folder, fields set in config.pbtxt)``.
+VersionBuilder = Callable[[ModelVersion, Path, set[str]], None]
+
 
 @dataclass(frozen=True)
 class LoadOptions:
@@ -71,6 +75,9 @@ class ModelLoader:
 
     def __init__(self, options: LoadOptions | None = None) -> None:
         self.options = options or LoadOptions()
+        #: How versions of the other backends are built (python, ensemble), each by its own package;
+        #: a builder completes ``version.config`` and sets ``version.scheduler`` or raises a ConchError.
+        self.builders: dict[BackendKind, VersionBuilder] = {}
 
     def load(
         self,
@@ -220,32 +227,15 @@ class ModelLoader:
         config.CopyFrom(base)
         version = ModelVersion(folder.name, number, config)
         version.max_batch_size_completed = "max_batch_size" not in fields
-        model_file = folder / str(number) / config.default_model_filename
         try:
-            if not model_file.is_file():
-                raise NotFoundError(f"version {number} has no {config.default_model_filename}")
-            placements = instance_placements(config)
-            cores = self.options.cpu_cores
-            session = ort_backend.open_session(model_file, config, placements[0], cores)
-            signature = ort_backend.read_signature(session)
-            autocomplete.complete_from_signature(
-                config, signature, fields, self.options.default_max_batch_size
-            )
-            config_validation.check_against_signature(config, signature)
-            sessions = [session] + [
-                ort_backend.open_session(model_file, config, p, cores) for p in placements[1:]
-            ]
-            wanted_gpus = sum(p.gpu for p in placements)
-            if wanted_gpus and not ort_backend.gpu_available():
-                self._on_cpu_instead(version, wanted_gpus, policy)
-            version.breaker = self._breaker(version, config)
-            instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-            run_warmup(list(instances), config, folder)
-            version.scheduler = create_scheduler(
-                config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
-            )
-            if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
-                version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
+            kind = backend_kind(config)
+            if kind is BackendKind.ONNX:
+                self._build_onnx(version, folder, number, config, fields, policy)
+            else:
+                build = self.builders.get(kind)
+                if build is None:
+                    raise UnavailableError(f"this server cannot run {kind.value} models")
+                build(version, folder, fields)
         except ConchError as exc:
             version.reason = exc.message
             emit(
@@ -258,8 +248,42 @@ class ModelLoader:
             )
             return version
         version.state = ModelState.READY
-        log.info("model '%s' version %d is READY (%s)", folder.name, number, ", ".join(map(str, placements)))
+        log.info("model '%s' version %d is READY (%s backend)", folder.name, number, kind.value)
         return version
+
+    def _build_onnx(
+        self,
+        version: ModelVersion,
+        folder: Path,
+        number: int,
+        config: mc.ModelConfig,
+        fields: set[str],
+        policy: FallbackPolicy | None,
+    ) -> None:
+        """ONNX Runtime sessions on the config's placements, completed from the graph, warmed up."""
+        model_file = folder / str(number) / config.default_model_filename
+        if not model_file.is_file():
+            raise NotFoundError(f"version {number} has no {config.default_model_filename}")
+        placements = instance_placements(config)
+        cores = self.options.cpu_cores
+        session = ort_backend.open_session(model_file, config, placements[0], cores)
+        signature = ort_backend.read_signature(session)
+        autocomplete.complete_from_signature(config, signature, fields, self.options.default_max_batch_size)
+        config_validation.check_against_signature(config, signature)
+        sessions = [session] + [
+            ort_backend.open_session(model_file, config, p, cores) for p in placements[1:]
+        ]
+        wanted_gpus = sum(p.gpu for p in placements)
+        if wanted_gpus and not ort_backend.gpu_available():
+            self._on_cpu_instead(version, wanted_gpus, policy)
+        version.breaker = self._breaker(version, config)
+        instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
+        run_warmup(list(instances), config, folder)
+        version.scheduler = create_scheduler(
+            config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
+        )
+        if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
+            version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
 
     @staticmethod
     def _on_cpu_instead(version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None) -> None:

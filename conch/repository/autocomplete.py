@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.kinds import ENSEMBLE_PLATFORM, ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 
-ONNX_PLATFORM = "onnxruntime_onnx"
-ONNX_BACKEND = "onnxruntime"
 DEFAULT_MODEL_FILENAME = "model.onnx"
+PYTHON_MODEL_FILENAME = "model.py"
 DEFAULT_MAX_BATCH_SIZE = 4
 
 
@@ -31,8 +31,14 @@ def complete_defaults(config: mc.ModelConfig, model_name: str) -> None:
         config.backend = ONNX_BACKEND
     elif config.backend == ONNX_BACKEND and not config.platform:
         config.platform = ONNX_PLATFORM
+    if config.platform == ENSEMBLE_PLATFORM:
+        # An ensemble runs no instances of its own: its steps' models do.
+        if not config.version_policy.WhichOneof("policy_choice"):
+            config.version_policy.latest.num_versions = 1
+        return
     if not config.default_model_filename:
-        config.default_model_filename = DEFAULT_MODEL_FILENAME
+        python = config.backend == PYTHON_BACKEND
+        config.default_model_filename = PYTHON_MODEL_FILENAME if python else DEFAULT_MODEL_FILENAME
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):

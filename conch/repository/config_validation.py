@@ -18,10 +18,10 @@ from typing import TypeAlias
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.kinds import ONNX_BACKEND, ONNX_PLATFORM, supported
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 from conch.core.errors import ConchError, InvalidArgumentError
-from conch.repository.autocomplete import ONNX_BACKEND, ONNX_PLATFORM
 from conch.repository.config import is_dns_safe
 from conch.validation.findings import Finding, Severity
 
@@ -56,15 +56,17 @@ def identity_findings(config: mc.ModelConfig, folder_name: str) -> list[Finding]
                 "name, e.g. 'fraud-model'",
             )
         )
-    if config.platform not in ("", ONNX_PLATFORM) or config.backend not in ("", ONNX_BACKEND):
+    if not supported(config):
         found.append(
             _error(
                 "platform-unsupported",
                 folder_name,
                 "platform" if config.platform not in ("", ONNX_PLATFORM) else "backend",
                 f"platform '{config.platform}' / backend '{config.backend}' is not supported; "
-                f"use platform '{ONNX_PLATFORM}' or backend '{ONNX_BACKEND}'",
-                f'conch runs ONNX models only: export the model to ONNX and set platform: "{ONNX_PLATFORM}"',
+                f"use platform '{ONNX_PLATFORM}' or backend '{ONNX_BACKEND}', backend 'python', or "
+                "platform 'ensemble'",
+                f"conch runs ONNX models, Triton Python-backend models and ensembles: export the model to "
+                f'ONNX and set platform: "{ONNX_PLATFORM}", or write a model.py and set backend: "python"',
             )
         )
     if config.max_batch_size < 0:

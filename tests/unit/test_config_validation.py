@@ -51,7 +51,9 @@ def test_name_must_match_folder() -> None:
         check_identity(parse_config('name: "resnet"'), "resnet50")
 
 
-@pytest.mark.parametrize("text", ['platform: "tensorrt_plan"', 'backend: "python"'])
+@pytest.mark.parametrize(
+    "text", ['platform: "tensorrt_plan"', 'backend: "dali"', 'platform: "ensemble"\nbackend: "python"']
+)
 def test_platform_conch_cannot_run(text: str) -> None:
     with pytest.raises(InvalidArgumentError, match="is not supported; use platform 'onnxruntime_onnx'"):
         check_identity(parse_config(f'name: "m"\n{text}'), "m")
