@@ -78,18 +78,31 @@ def to_json(array: np.ndarray) -> list[Any] | np.ndarray:
     return np.ascontiguousarray(array.ravel())
 
 
-def from_bytes(name: str, datatype: str, shape: tuple[int, ...], buffer: memoryview | bytes) -> np.ndarray:
-    """Decode raw tensor bytes into an array of ``shape``; a view over ``buffer`` for fixed-size types."""
+def from_bytes(
+    name: str, datatype: str, shape: tuple[int, ...], buffer: memoryview | bytes, model: str = ""
+) -> np.ndarray:
+    """Decode raw tensor bytes into an array of ``shape``; a view over ``buffer`` for fixed-size types.
+
+    ``model`` names the model in the errors, which use Triton's words.
+    """
     dtype = datatypes.from_name(datatype)
     count = element_count(shape)
     if dtype.name == "BYTES":
-        return _deserialize_bytes(name, shape, count, buffer)
+        return _deserialize_bytes(name, shape, count, buffer, model)
     expected = count * dtype.item_size
     if len(buffer) != expected:
-        raise InvalidArgumentError(
-            f"input '{name}': {datatype} shape {list(shape)} needs {expected} bytes but got {len(buffer)}"
-        )
+        raise InvalidArgumentError(byte_size_mismatch(name, model, datatype, shape, expected, len(buffer)))
     return np.frombuffer(buffer, dtype=dtype.numpy).reshape(shape)
+
+
+def byte_size_mismatch(
+    name: str, model: str, datatype: str, shape: Sequence[int], expected: int, got: int
+) -> str:
+    """Triton's words for tensor data of the wrong size, then the size's reason."""
+    return (
+        f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {got}: "
+        f"{datatype} data of shape {list(shape)} takes {expected} bytes"
+    )
 
 
 def to_bytes(array: np.ndarray) -> bytes | memoryview:
@@ -117,12 +130,14 @@ def bytes_elements(name: str, buffer: memoryview | bytes) -> list[bytes]:
 
 
 def _deserialize_bytes(
-    name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes
+    name: str, shape: tuple[int, ...], count: int, buffer: memoryview | bytes, model: str
 ) -> np.ndarray:
     elements = bytes_elements(name, buffer)
     if len(elements) != count:
         raise InvalidArgumentError(
-            f"input '{name}': shape {list(shape)} needs {count} BYTES elements but data has {len(elements)}"
+            f"expected {count} string elements for inference input '{name}' for model '{model}', got "
+            f"{len(elements)}: a BYTES tensor of shape {list(shape)} has {count} elements, each a 4-byte "
+            "little-endian length and then that many bytes"
         )
     array = np.empty(count, dtype=object)
     array[:] = elements

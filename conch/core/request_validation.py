@@ -44,12 +44,13 @@ def validate_request(
         want = datatypes.from_config_type(entry.data_type).name
         if tensor.datatype != want:
             raise InvalidArgumentError(
-                f"input '{tensor.name}' has datatype {tensor.datatype} but model '{model}' expects {want}"
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
+                f"expects '{want}'; send it as {want}"
             )
         inputs[name] = tensor.data
     missing = [name for name, entry in expected.items() if name not in inputs and not entry.optional]
     if missing:
-        raise InvalidArgumentError(f"model '{model}' expects input(s) {missing} that the request lacks")
+        raise InvalidArgumentError(_missing_inputs(config, list(inputs), missing))
     _check_shapes(inputs, config, max_batch_size_completed)
     return inputs, _output_names(request, config)
 
@@ -65,8 +66,10 @@ def _check_shapes(
             continue
         shape = array.shape
         dims = list(entry.dims)
+        if batching and not shape:
+            raise InvalidArgumentError(_unexpected_shape(config, entry.name, [], dims))
         if batching:
-            if not shape or shape[0] < 1:
+            if shape[0] < 1:
                 raise InvalidArgumentError(
                     f"input '{entry.name}' for model '{config.name}' needs a batch dimension >= 1, "
                     f"got shape {list(shape)}"
@@ -75,17 +78,49 @@ def _check_shapes(
                 raise InvalidArgumentError(
                     _batch_too_large(config, entry.name, shape[0], max_batch_size_completed)
                 )
+        if not _dims_match(shape[1:] if batching else shape, dims):
+            raise InvalidArgumentError(_unexpected_shape(config, entry.name, list(array.shape), dims))
+        if batching:
             batch_sizes.add(shape[0])
-            shape = shape[1:]
-        if not _dims_match(shape, dims):
-            full = ([-1] if batching else []) + dims
-            raise InvalidArgumentError(
-                f"input '{entry.name}' has shape {list(array.shape)} but model '{config.name}' expects {full}"
-            )
     if len(batch_sizes) > 1:
         raise InvalidArgumentError(
             f"inputs of one request must share one batch size, got {sorted(batch_sizes)}"
         )
+
+
+def _unexpected_shape(config: mc.ModelConfig, input_name: str, shape: list[int], dims: list[int]) -> str:
+    """Triton's words (its shapes written without spaces), then what the shape must look like."""
+    batching = config.max_batch_size > 0
+    full = ([-1] if batching else []) + dims
+    hint = (
+        f"; -1 is any size, and the first dimension is the batch (1 to {config.max_batch_size} rows)"
+        if batching
+        else "; -1 is any size, and the model does not batch (max_batch_size 0): send no batch dimension"
+    )
+    return (
+        f"unexpected shape for input '{input_name}' for model '{config.name}'. "
+        f"Expected {_dims_text(full)}, got {_dims_text(shape)}{hint}"
+    )
+
+
+def _missing_inputs(config: mc.ModelConfig, given: list[str], missing: list[str]) -> str:
+    """Triton's words: how many inputs were expected and sent, which were sent and which are missing."""
+    total = len(config.input)
+    required = sum(1 for entry in config.input if not entry.optional)
+    expected = f"{total} inputs" if required == total else f"number of inputs between {required} and {total}"
+    return (
+        f"expected {expected} but got {len(given)} inputs for model '{config.name}'. Got input(s) "
+        f"{_names_text(given)}, but missing required input(s) {_names_text(missing)}. "
+        "Please provide all required input(s)."
+    )
+
+
+def _dims_text(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _names_text(names: Sequence[str]) -> str:
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 def _batch_too_large(config: mc.ModelConfig, input_name: str, rows: int, completed: bool) -> str:

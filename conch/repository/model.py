@@ -115,7 +115,10 @@ class Model:
                 raise UnavailableError(f"model '{self.name}' has no ready version{self._why()}")
             return ready[-1]
         if not version.isdigit():
-            raise InvalidArgumentError(f"model version '{version}' is not a number")
+            raise InvalidArgumentError(
+                f"failed to get model version from specified version string '{version}': a version is a "
+                "whole number such as 1, or empty to let the model's version policy choose"
+            )
         found = self.versions.get(int(version))
         if found is None:
             served = ", ".join(str(number) for number in sorted(self.versions)) or "none"

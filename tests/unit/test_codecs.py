@@ -198,8 +198,12 @@ def test_from_bytes_is_a_view_over_the_buffer() -> None:
 
 
 def test_from_bytes_size_must_match_shape() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"INT32 shape \[2, 2\] needs 16 bytes but got 15"):
-        codecs.from_bytes("x", "INT32", (2, 2), b"\x00" * 15)
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^input byte size mismatch for input 'x' for model 'm'\. Expected 16, got 15: "
+        r"INT32 data of shape \[2, 2\] takes 16 bytes$",
+    ):
+        codecs.from_bytes("x", "INT32", (2, 2), b"\x00" * 15, "m")
 
 
 def test_to_bytes_makes_non_contiguous_arrays_contiguous() -> None:
@@ -236,8 +240,11 @@ def test_from_bytes_element_longer_than_data() -> None:
 
 
 def test_from_bytes_element_count_must_match_shape() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"shape \[3\] needs 3 BYTES elements but data has 2"):
-        codecs.from_bytes("s", "BYTES", (3,), bytes_layout(b"a", b"b"))
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^expected 3 string elements for inference input 's' for model 'm', got 2: .* shape \[3\]",
+    ):
+        codecs.from_bytes("s", "BYTES", (3,), bytes_layout(b"a", b"b"), "m")
 
 
 @pytest.mark.parametrize(

@@ -99,8 +99,18 @@ def test_header_length_beyond_the_body() -> None:
 @pytest.mark.parametrize(
     ("sizes", "sent", "message"),
     [
-        ([8, 8], 8, r"binary_data_size 8 goes past the end of the body \(0 bytes left\)"),
-        ([8], 12, "adds up to 8 bytes but the body carries 12 bytes after the JSON header"),
+        (
+            [8, 8],
+            8,
+            r"^unexpected size for input 'X1', expecting 8 additional bytes for model 'm': its "
+            r"binary_data_size 8 goes past the end of the body \(0 bytes left\)$",
+        ),
+        (
+            [8],
+            12,
+            "^unexpected additional input data for model 'm': binary_data_size of the inputs adds up to 8 "
+            "bytes but the body carries 12 bytes after the JSON header$",
+        ),
     ],
     ids=["too-little-data", "too-much-data"],
 )
@@ -121,7 +131,11 @@ def test_binary_size_must_match_the_shape() -> None:
     }
     body, header_length = body_with(document, b"\x00" * 8)
 
-    with pytest.raises(InvalidArgumentError, match=r"input 'X': FP32 shape \[3\] needs 12 bytes but got 8"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^input byte size mismatch for input 'X' for model 'm'\. Expected 12, got 8: FP32 data "
+        r"of shape \[3\] takes 12 bytes$",
+    ):
         decode_request(body, header_length, "m", "")
 
 

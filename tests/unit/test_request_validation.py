@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
@@ -77,9 +79,28 @@ def test_unknown_input() -> None:
         validate_request(request(image(), ids(), extra), CONFIG)
 
 
-def test_missing_input() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"model 'tagger' expects input\(s\) \['ids'\]"):
+def test_missing_input_with_an_optional_one_gives_the_range_as_triton() -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
         validate_request(request(image()), CONFIG)
+
+    assert caught.value.message == (
+        "expected number of inputs between 2 and 3 but got 1 inputs for model 'tagger'. Got input(s) "
+        "['image'], but missing required input(s) ['ids']. Please provide all required input(s)."
+    )
+
+
+def test_missing_input_of_a_model_without_optional_inputs_gives_the_count_as_triton() -> None:
+    config = mc.ModelConfig()
+    config.CopyFrom(CONFIG)
+    del config.input[2]
+
+    with pytest.raises(InvalidArgumentError) as caught:
+        validate_request(request(), config)
+
+    assert caught.value.message == (
+        "expected 2 inputs but got 0 inputs for model 'tagger'. Got input(s) [], but missing required "
+        "input(s) ['image','ids']. Please provide all required input(s)."
+    )
 
 
 def test_duplicate_input() -> None:
@@ -91,7 +112,9 @@ def test_wrong_datatype() -> None:
     as_fp64 = Tensor("ids", "FP64", np.zeros((2, 7), dtype=np.float64))
 
     with pytest.raises(
-        InvalidArgumentError, match="input 'ids' has datatype FP64 but model 'tagger' expects INT32"
+        InvalidArgumentError,
+        match=r"^inference input 'ids' data-type is 'FP64', but model 'tagger' expects 'INT32'; "
+        r"send it as INT32$",
     ):
         validate_request(request(image(), as_fp64), CONFIG)
 
@@ -101,7 +124,10 @@ def test_wrong_shape(shape: tuple[int, ...]) -> None:
     wrong = Tensor("image", "FP32", np.zeros(shape, dtype=np.float32))
 
     with pytest.raises(
-        InvalidArgumentError, match=r"input 'image' has shape \[.*\] but model 'tagger' expects \[-1, 4\]"
+        InvalidArgumentError,
+        match=r"^unexpected shape for input 'image' for model 'tagger'\. Expected \[-1,4\], got "
+        + re.escape("[" + ",".join(map(str, shape)) + "]")
+        + "; -1 is any size, and the first dimension is the batch",
     ):
         validate_request(request(wrong, ids(batch=shape[0])), CONFIG)
 
@@ -165,5 +191,9 @@ def test_model_without_batching_checks_the_full_shape() -> None:
     one_ids = Tensor("ids", "INT32", np.zeros(7, dtype=np.int32))
 
     validate_request(request(one_image, one_ids), config)
-    with pytest.raises(InvalidArgumentError, match=r"input 'image' has shape \[1, 4\] but .* expects \[4\]"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^unexpected shape for input 'image' for model 'tagger'\. Expected \[4\], got \[1,4\]; .*"
+        "does not batch",
+    ):
         validate_request(request(image(batch=1), one_ids), config)

@@ -48,12 +48,14 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
         shape = codecs.check_shape(item.name, list(item.shape))
         if raw and item.HasField("contents"):
             raise InvalidArgumentError(
-                f"input '{item.name}' has typed contents but the request uses raw_input_contents"
+                "contents field must not be specified when using raw_input_contents for "
+                f"'{item.name}' for model '{message.model_name}'; send every input in "
+                "raw_input_contents or every input in typed contents"
             )
         if raw:
-            data = codecs.from_bytes(item.name, item.datatype, shape, raw[index])
+            data = codecs.from_bytes(item.name, item.datatype, shape, raw[index], message.model_name)
         else:
-            data = _from_contents(item, shape)
+            data = _from_contents(item, shape, message.model_name)
         request.inputs.append(Tensor(item.name, item.datatype, data))
     request.outputs = [RequestedOutput(o.name) for o in message.outputs]
     return request
@@ -89,7 +91,9 @@ def decode_parameters(parameters: Any) -> dict[str, Any]:
     return decoded
 
 
-def _from_contents(item: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> np.ndarray:
+def _from_contents(
+    item: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], model: str
+) -> np.ndarray:
     dtype = datatypes.from_name(item.datatype)
     field = _CONTENTS_FIELD.get(dtype.name)
     if field is None:
@@ -102,7 +106,10 @@ def _from_contents(item: pb.ModelInferRequest.InferInputTensor, shape: tuple[int
     count = codecs.element_count(shape)
     if len(values) != count:
         raise InvalidArgumentError(
-            f"input '{item.name}': shape {list(shape)} needs {count} elements but contents has {len(values)}"
+            codecs.byte_size_mismatch(
+                item.name, model, dtype.name, shape, count * dtype.item_size, len(values) * dtype.item_size
+            )
+            + f" ({count} elements; contents has {len(values)})"
         )
     try:
         return np.asarray(list(values), dtype=dtype.numpy).reshape(shape)

@@ -39,12 +39,13 @@ def decode_request(
         raise InvalidArgumentError("request has no 'inputs' list")
     offset = header_length
     for item in inputs:
-        tensor, offset = _decode_input(item, view, offset)
+        tensor, offset = _decode_input(item, view, offset, model_name)
         request.inputs.append(tensor)
     if offset != len(body):
         raise InvalidArgumentError(
-            f"binary_data_size of the inputs adds up to {offset - header_length} bytes but the body carries "
-            f"{len(body) - header_length} bytes after the JSON header"
+            f"unexpected additional input data for model '{model_name}': binary_data_size of the inputs "
+            f"adds up to {offset - header_length} bytes but the body carries {len(body) - header_length} "
+            "bytes after the JSON header"
         )
     for item in _optional(document, "outputs", list, []):
         request.outputs.append(_decode_output(item))
@@ -94,7 +95,7 @@ def load_json_object(data: bytes | memoryview) -> dict[str, Any]:
     return document
 
 
-def _decode_input(item: Any, body: memoryview, offset: int) -> tuple[Tensor, int]:
+def _decode_input(item: Any, body: memoryview, offset: int, model: str) -> tuple[Tensor, int]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("each entry of 'inputs' must be an object with a 'name'")
     name = item["name"]
@@ -114,10 +115,11 @@ def _decode_input(item: Any, body: memoryview, offset: int) -> tuple[Tensor, int
         raise InvalidArgumentError(f"input '{name}': binary_data_size must be a non-negative integer")
     if offset + size > len(body):
         raise InvalidArgumentError(
-            f"input '{name}': binary_data_size {size} goes past the end of the body "
+            f"unexpected size for input '{name}', expecting {offset + size - len(body)} additional bytes "
+            f"for model '{model}': its binary_data_size {size} goes past the end of the body "
             f"({len(body) - offset} bytes left)"
         )
-    data = codecs.from_bytes(name, datatype, shape, body[offset : offset + size])
+    data = codecs.from_bytes(name, datatype, shape, body[offset : offset + size], model)
     return Tensor(name, datatype, data), offset + size
 
 
