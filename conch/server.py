@@ -42,15 +42,18 @@ EXTENSIONS = [
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """Server-wide behaviour. ``strict_readiness`` is Triton's: ready only when every model is."""
+    """Server-wide behaviour. ``strict_readiness`` is Triton's: ready only when every model is.
+
+    ``server_name`` is the name the server metadata gives (``--server-name``): clients that check for
+    ``triton`` there can be told so, while the version stays conch's own.
+    """
 
     strict_readiness: bool = True
+    server_name: str = "conch"
 
 
 class InferenceServer:
     """One repository served: the operations of the KServe V2 protocol and Triton's extensions."""
-
-    name = "conch"
 
     def __init__(
         self,
@@ -142,7 +145,8 @@ class InferenceServer:
         )
 
     def metadata(self) -> dict[str, Any]:
-        return {"name": self.name, "version": __version__, "extensions": EXTENSIONS}
+        """Server metadata: the name (``--server-name``), conch's version and the protocol extensions."""
+        return {"name": self.options.server_name, "version": __version__, "extensions": EXTENSIONS}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         """Whether the version (or, with no version, any version) is READY; unknown names are a 404."""

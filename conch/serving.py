@@ -59,6 +59,7 @@ class ServeSettings:
     grpc_port: int = 8001
     metrics_port: int = 8002
     strict_readiness: bool = True
+    server_name: str = "conch"
     default_max_batch_size: int = 4
     workers: int = 1
     grpc_relay: bool = False
@@ -155,7 +156,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         if store is not None:
             control.before_scan = store.poll_refresh
     server = InferenceServer(
-        repository, ServerOptions(strict_readiness=settings.strict_readiness), control, releases
+        repository,
+        ServerOptions(strict_readiness=settings.strict_readiness, server_name=settings.server_name),
+        control,
+        releases,
     )
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None

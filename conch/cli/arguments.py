@@ -48,6 +48,13 @@ def choice(values: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def server_name(text: str) -> str:
+    """A name for the server metadata: one or more printable characters, not only spaces."""
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"expected a name of printable characters, got {text!r}")
+    return text
+
+
 def boolean(text: str) -> bool:
     """``true``/``false`` and their usual spellings (``1``, ``yes``, ``on``; ``0``, ``no``, ``off``)."""
     if text.lower() in ("1", "true", "yes", "on"):

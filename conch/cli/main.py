@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.cli.arguments import LOG_LEVELS, at_least, boolean, choice, log_level, ratio
+from conch.cli.arguments import LOG_LEVELS, at_least, boolean, choice, log_level, ratio, server_name
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         boolean,
         "true",
         "ready only when every model is READY, as Triton; false: ready once the server has started",
+    )
+    _setting(
+        serve,
+        "--server-name",
+        server_name,
+        "conch",
+        "the name the server metadata (GET /v2, gRPC ServerMetadata) gives; a compatibility switch: "
+        "'triton' for clients that check for it (the version stays conch's)",
     )
     _setting(
         serve,
@@ -345,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         strict_readiness=args.strict_readiness,
+        server_name=args.server_name,
         default_max_batch_size=args.default_max_batch_size,
         workers=args.workers,
         grpc_relay=args.grpc_relay,

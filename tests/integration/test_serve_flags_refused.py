@@ -29,6 +29,7 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
         (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
         (["--workers", "2", "--grpc-relay", "true"], "--grpc-relay serves one process"),
         (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0, got -1"),
+        (["--server-name", " "], "argument --server-name: expected a name of printable characters, got ' '"),
         (
             ["--log-level", "loud"],
             "argument --log-level: expected one of debug, info, warning, error, critical (or verbose, "
