@@ -1,0 +1,11 @@
+"""Triton's ensembles (``platform: "ensemble"``): a model whose steps are requests to other models.
+
+- :mod:`.plan`: the steps as a data-flow graph, checked from the ensemble's config alone;
+- :mod:`.step_checks`: the ensemble checked against its step models' configs;
+- :mod:`.scheduler`: runs the steps of a request through the server's own request path;
+- :mod:`.builder`: the loader's builder that puts them together (see ``docs/ensembles.md``).
+"""
+
+from conch.backends.ensemble.builder import EnsembleBuilder
+
+__all__ = ["EnsembleBuilder"]
