@@ -203,10 +203,14 @@ class InferenceServer:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return self.repository.index(ready_only)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Validate, run on an instance, and record statistics; errors keep their V2 kind."""
+    async def infer(self, request: InferenceRequest, admitted: bool = False) -> InferenceResponse:
+        """Validate, run on an instance, and record statistics; errors keep their V2 kind.
+
+        ``admitted``: the request is part of one already inside the server (an ensemble's step), so
+        it runs even while the server drains, as the request it belongs to was let in.
+        """
         started = time.perf_counter_ns()
-        if self.stopping:
+        if self.stopping and not admitted:
             raise UnavailableError("server is shutting down; send the request to another replica")
         route = self.router.route(request.model_name, request.model_version, _route_key(request))
         if route.version is None:

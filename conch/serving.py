@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -23,6 +24,8 @@ import uvicorn
 import uvloop
 from prometheus_client.registry import Collector
 
+from conch.backends.ensemble import EnsembleBuilder
+from conch.backends.kinds import BackendKind
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
@@ -160,6 +163,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         ServerOptions(strict_readiness=settings.strict_readiness, server_name=settings.server_name),
         control,
         releases,
+    )
+    control.loader.builders[BackendKind.ENSEMBLE] = EnsembleBuilder(
+        functools.partial(server.infer, admitted=True), repository.models.get
     )
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
