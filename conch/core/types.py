@@ -27,10 +27,15 @@ class Tensor:
 
 @dataclass(slots=True)
 class RequestedOutput:
-    """An output the client asked for; ``binary`` is the HTTP binary-extension choice (None: default)."""
+    """An output the client asked for; ``binary`` is the HTTP binary-extension choice (None: default).
+
+    ``classification`` > 0 asks for the output's top classes instead of its values
+    (:mod:`conch.core.classification`).
+    """
 
     name: str
     binary: bool | None = None
+    classification: int = 0
 
 
 @dataclass(slots=True)

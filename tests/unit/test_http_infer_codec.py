@@ -150,11 +150,12 @@ def test_binary_size_must_match_the_shape() -> None:
         (b'{"inputs": [{"name": "X", "shape": [1], "data": [1]}]}', "input 'X' has no 'datatype'"),
         (
             b'{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1]}]}',
-            "neither 'data' nor binary_data_size",
+            "^Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            "'shared_memory_region' in 'parameters'. But no field is set",
         ),
         (
-            b'{"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": 2}}]}',
-            "classification",
+            b'{"inputs": [], "outputs": [{"name": "Y", "parameters": {"classification": "two"}}]}',
+            "invalid value for 'classification' parameter of output 'Y'",
         ),
     ],
     ids=[
@@ -165,7 +166,7 @@ def test_binary_size_must_match_the_shape() -> None:
         "nameless",
         "no-datatype",
         "no-data",
-        "classify",
+        "class-count-not-a-number",
     ],
 )
 def test_malformed_requests(body: bytes, message: str) -> None:
@@ -237,3 +238,13 @@ def test_tritonclient_reads_the_binary_response() -> None:
     assert np.array_equal(result.as_numpy("scores"), SCORES.data)
     assert result.as_numpy("labels").tolist() == [["cat"], ["dog"]]  # JSON BYTES come back as str
     assert result.get_response()["id"] == "7"
+
+
+def test_a_classification_request_is_read_with_its_class_count() -> None:
+    output = b'{"name": "Y", "parameters": {"classification": 3, "binary_data": true}}'
+    body = b'{"inputs": [], "outputs": [' + output + b"]}"
+
+    request = decode_request(body, None, "m", "")
+
+    assert request.outputs[0].classification == 3
+    assert request.outputs[0].binary is True

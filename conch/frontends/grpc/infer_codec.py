@@ -12,6 +12,8 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from conch.core import codecs, datatypes
+from conch.core import reserved_parameters as reserved
+from conch.core.classification import class_count
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -44,7 +46,10 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
         id=message.id,
         parameters=decode_parameters(message.parameters),
     )
+    reserved.check_request_parameters(request.parameters, "gRPC")
     for index, item in enumerate(message.inputs):
+        if item.parameters:  # most inputs carry none: the map is read only when present
+            _check_tensor_parameters(item.name, decode_parameters(item.parameters))
         shape = codecs.check_shape(item.name, list(item.shape))
         if raw and item.HasField("contents"):
             raise InvalidArgumentError(
@@ -57,8 +62,23 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
         else:
             data = _from_contents(item, shape, message.model_name)
         request.inputs.append(Tensor(item.name, item.datatype, data))
-    request.outputs = [RequestedOutput(o.name) for o in message.outputs]
+    request.outputs = [_requested_output(o) for o in message.outputs]
     return request
+
+
+def _requested_output(item: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+    if not item.parameters:
+        return RequestedOutput(item.name)
+    parameters = decode_parameters(item.parameters)
+    _check_tensor_parameters(item.name, parameters)
+    reserved.refuse_output_misuse(item.name, parameters)
+    count = parameters.get(reserved.CLASSIFICATION)
+    return RequestedOutput(item.name, classification=0 if count is None else class_count(item.name, count))
+
+
+def _check_tensor_parameters(name: str, parameters: dict[str, Any]) -> None:
+    reserved.refuse_http_only(name, parameters)
+    reserved.refuse_shared_memory(name, parameters)
 
 
 def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:

@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError, ErrorKind
+from conch.frontends.classified_outputs import classify_outputs
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
@@ -132,6 +133,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if route_key is not None:
             request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
         response = await self.server.infer(request)
+        classify_outputs(self.server.repository, request, response)
         return infer_codec.encode_response(response)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
+from conch.frontends.classified_outputs import classify_outputs
 from conch.frontends.http import infer_codec
 from conch.frontends.http.body import compress_for, read_body
 from conch.lifecycle.deep_health import DeepHealth
@@ -151,6 +152,7 @@ class HttpFrontend:
         if route_key is not None:
             request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
         response = await self.server.infer(request)
+        classify_outputs(self.server.repository, request, response)
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
             headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from conch.core import codecs
+from conch.core import classification, codecs
+from conch.core import reserved_parameters as reserved
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -34,6 +35,7 @@ def decode_request(
     request = InferenceRequest(model_name=model_name, model_version=model_version)
     request.id = _optional(document, "id", str, "")
     request.parameters = _optional(document, "parameters", dict, {})
+    reserved.check_request_parameters(request.parameters, "HTTP")
     inputs = _optional(document, "inputs", list, None)
     if inputs is None:
         raise InvalidArgumentError("request has no 'inputs' list")
@@ -106,10 +108,10 @@ def _decode_input(item: Any, body: memoryview, offset: int, model: str) -> tuple
     parameters = item.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"input '{name}': 'parameters' must be an object")
+    _check_content_fields(name, item, parameters)
+    reserved.refuse_shared_memory(name, parameters)
     size = parameters.get("binary_data_size")
     if size is None:
-        if "data" not in item:
-            raise InvalidArgumentError(f"input '{name}' has neither 'data' nor binary_data_size")
         return Tensor(name, datatype, codecs.from_json(name, datatype, shape, item["data"])), offset
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidArgumentError(f"input '{name}': binary_data_size must be a non-negative integer")
@@ -129,10 +131,35 @@ def _decode_output(item: Any) -> RequestedOutput:
     parameters = item.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"output '{item['name']}': 'parameters' must be an object")
-    if "classification" in parameters:
-        raise InvalidArgumentError("the classification extension is not supported")
-    binary = parameters.get("binary_data")
-    return RequestedOutput(item["name"], None if binary is None else bool(binary))
+    name = item["name"]
+    reserved.refuse_output_misuse(name, parameters)
+    reserved.refuse_shared_memory(name, parameters)
+    count = parameters.get(reserved.CLASSIFICATION)
+    binary = parameters.get(reserved.BINARY_DATA)
+    return RequestedOutput(
+        name,
+        None if binary is None else bool(binary),
+        0 if count is None else classification.class_count(name, count),
+    )
+
+
+def _check_content_fields(name: str, item: dict[str, Any], parameters: dict[str, Any]) -> None:
+    """Triton's rule: an input's data is in exactly one of 'data', binary data or shared memory."""
+    given = [
+        field
+        for field, present in (
+            ("'data'", "data" in item),
+            ("'binary_data_size'", reserved.BINARY_DATA_SIZE in parameters),
+            ("'shared_memory_region'", reserved.SHARED_MEMORY_REGION in parameters),
+        )
+        if present
+    ]
+    if len(given) != 1:
+        found = "no field is set" if not given else "set " + " ".join(given)
+        raise InvalidArgumentError(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            f"'parameters', 'shared_memory_region' in 'parameters'. But {found} (input '{name}')"
+        )
 
 
 def _optional(document: dict[str, Any], key: str, kind: type, default: Any) -> Any:
