@@ -13,7 +13,8 @@ One evaluation:
 - host memory (``psutil``) and, when NVML answers, each GPU's memory, against their ratios.
 
 A model with no READY version is reported as ``not_ready`` and does not fail it: readiness already
-says that, and one broken model must not make a balancer drop a server that serves the others.
+says that, and one broken model must not make a balancer drop a server that serves the others. An
+ensemble is not probed: its steps' models are, and its probe would be requests to them.
 
 Probes go to the scheduler, not through :meth:`InferenceServer.infer`: they are not requests, so the
 request counters (success, failure, queue, latency, ``last_inference``) never see them. The execution
@@ -40,6 +41,7 @@ import numpy as np
 import psutil
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.core import datatypes
 from conch.core.errors import ConchError, InternalError
 from conch.core.request_validation import validate_request
@@ -277,7 +279,8 @@ class DeepHealth:
             if not ready:
                 probes.append(_constant(ProbeReading(name, None)))
             model_dir = self.server.repository.root / name
-            probes += [self._probe(version, model_dir) for version in ready]
+            # An ensemble's probe would be requests to its steps, whose models are probed themselves.
+            probes += [self._probe(v, model_dir) for v in ready if v.config.platform != ENSEMBLE_PLATFORM]
         return probes
 
     async def _probe(self, version: ModelVersion, model_dir: Path) -> ProbeReading:

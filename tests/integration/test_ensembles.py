@@ -282,6 +282,19 @@ def test_the_ensemble_has_metadata_and_config_as_any_model(
     assert "instance_group" not in config or config["instance_group"] == []
 
 
+def test_deep_health_probes_the_step_models_and_not_the_ensembles(
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
+) -> None:
+    before = {name: successes(http_client, name) for name in STEP_MODELS}
+    answer = server.request("GET", "/v2/health/deep").json()
+    checks = {check["name"] for check in answer["checks"]}
+    # 'target_shape' fails its zeros probe (a reshape to [0, 0]); 'orphan' has no step to answer one.
+    assert answer["failed"] == ["model:target_shape/1"]
+    assert "model:double/1" in checks
+    assert not {"model:pipeline/1", "model:orphan/1"} & checks
+    assert {name: successes(http_client, name) for name in STEP_MODELS} == before, "probes are no requests"
+
+
 # Python-backend steps: a test mixing a Python step (conch/backends/python/) with the ONNX steps above
 # goes here, using tests.fixtures.ensembles.ensemble_config for its ensemble.
 
