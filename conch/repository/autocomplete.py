@@ -5,7 +5,8 @@ graph: input and output names, datatypes and dims, and ``max_batch_size``. A gra
 outputs all start with a dynamic dimension supports batching and gets ``default_max_batch_size``
 (Triton's default is 4). A batched tensor whose only dimension is the batch gets ``dims: [1]`` with an
 empty ``reshape``, which is how Triton shows a ``[N]`` tensor as ``[N, 1]``. As in Triton, a model
-with ``max_batch_size`` above 1 and no scheduler in its config gets ``dynamic_batching { }``.
+with ``max_batch_size`` above 1 and no scheduler in its config gets ``dynamic_batching { }``. The
+graph tensors ``sequence_batching`` feeds (controls and states) are left out of ``input`` and ``output``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.kinds import ENSEMBLE_PLATFORM, ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
+from conch.repository.sequence_config import fed_input_names, state_output_names
 
 DEFAULT_MODEL_FILENAME = "model.onnx"
 PYTHON_MODEL_FILENAME = "model.py"
@@ -68,12 +70,17 @@ def complete_from_signature(
     if "max_batch_size" not in fields_set:
         config.max_batch_size = default_max_batch_size if supports_batching(signature) else 0
     batching = config.max_batch_size > 0
+    # The sequence batcher feeds controls and states itself: clients neither send nor get them.
     if not config.input:
+        fed = fed_input_names(config)
         for tensor in signature.inputs:
-            _fill_tensor(config.input.add(), tensor, batching)
+            if tensor.name not in fed:
+                _fill_tensor(config.input.add(), tensor, batching)
     if not config.output:
+        states = state_output_names(config)
         for tensor in signature.outputs:
-            _fill_tensor(config.output.add(), tensor, batching)
+            if tensor.name not in states:
+                _fill_tensor(config.output.add(), tensor, batching)
     if config.max_batch_size > 1 and not config.WhichOneof("scheduling_choice"):
         config.dynamic_batching.SetInParent()
 

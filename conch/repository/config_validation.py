@@ -23,6 +23,11 @@ from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 from conch.core.errors import ConchError, InvalidArgumentError
 from conch.repository.config import is_dns_safe
+from conch.repository.sequence_config import (
+    fed_input_names,
+    sequence_findings,
+    sequence_signature_findings,
+)
 from conch.validation.findings import Finding, Severity
 
 log = logging.getLogger(__name__)
@@ -92,7 +97,8 @@ def signature_findings(config: mc.ModelConfig, signature: ModelSignature, model:
         found += _tensor_findings(model, f"input[{index}]", "input", entry, graph_inputs, batching)
     for index, entry in enumerate(config.output):
         found += _tensor_findings(model, f"output[{index}]", "output", entry, graph_outputs, batching)
-    declared = {entry.name for entry in config.input}
+    # The sequence batcher's controls and states are graph inputs the config names elsewhere.
+    declared = {entry.name for entry in config.input} | fed_input_names(config)
     missing = [name for name in graph_inputs if name not in declared]
     if missing:
         found.append(
@@ -105,11 +111,16 @@ def signature_findings(config: mc.ModelConfig, signature: ModelSignature, model:
                 "complete them from the graph",
             )
         )
-    return found
+    return found + sequence_signature_findings(config, signature, model)
 
 
 def batching_findings(config: mc.ModelConfig, model: str) -> list[Finding]:
-    """``dynamic_batching`` needs a batching model, and preferred sizes in ``1..max_batch_size``."""
+    """The scheduler's section: ``dynamic_batching`` (a batching model, preferred sizes in
+    ``1..max_batch_size``) and ``sequence_batching`` (:mod:`conch.repository.sequence_config`)."""
+    return _dynamic_batching_findings(config, model) + sequence_findings(config, model)
+
+
+def _dynamic_batching_findings(config: mc.ModelConfig, model: str) -> list[Finding]:
     if not config.HasField("dynamic_batching"):
         return []
     if config.max_batch_size == 0:
