@@ -28,6 +28,7 @@ from conch.router.fallback import is_device_error
 from conch.router.release_split import ROUTE_KEY_PARAMETER
 from conch.router.router import Route, VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
+from conch.scheduling.sequence_rules import refuse_sequence_parameters
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,8 @@ class InferenceServer:
         error: Exception | None = None
         try:
             inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
+            if "sequence_id" in request.parameters and not served.config.HasField("sequence_batching"):
+                refuse_sequence_parameters(request.parameters, request.model_name)
             scheduled = ScheduledRequest(
                 inputs,
                 output_names,
