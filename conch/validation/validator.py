@@ -2,7 +2,8 @@
 
 Model level: ``config.pbtxt`` parses, then identity (name, DNS-safe name, platform, ``max_batch_size``),
 warm-up files and version folders. A platform conch cannot run or a negative ``max_batch_size`` stops
-there: the versions' checks would only repeat it.
+there: the versions' checks would only repeat it. An ensemble stops there too, after the checks of its
+own config (:mod:`conch.validation.ensemble_checks`): it has no model file.
 
 Each numeric version folder, served by the version policy or not: the model file is present, loads as
 ONNX, passes ``onnx.checker`` and holds no training-mode leftovers; its ``metadata.json``; an ONNX
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.core import datatypes
 from conch.core.errors import ConchError
@@ -33,6 +35,7 @@ from conch.repository.config_validation import (
     reshape_findings,
     signature_findings,
 )
+from conch.validation.ensemble_checks import ensemble_findings
 from conch.validation.findings import Finding, Severity
 from conch.validation.graph import checker_findings, load_graph, training_mode_findings
 from conch.validation.inputs import runtime_inputs
@@ -69,6 +72,9 @@ def validate_model(model_dir: Path, progress: Progress | None = None) -> list[Fi
     found += warmup_files
     if any(finding.code in _STOPS_VERSION_CHECKS for finding in identity):
         return found
+    if folder.config.platform == ENSEMBLE_PLATFORM:
+        # No model file to check: its version folders stay empty, and its steps are other models.
+        return found + version_numbers(folder)[1] + ensemble_findings(folder.config, folder.name)
     numbers, version_found = version_numbers(folder)
     found += version_found
     warmup_usable = not any(finding.is_error for finding in warmup_files)

@@ -6,13 +6,16 @@ message a user would see in the repository index.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conch.backends.ensemble.plan import ensemble_problems, plan_ensemble
 from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.core.errors import ErrorKind, InvalidArgumentError
 from conch.repository.config import parse_config
-from tests.fixtures.ensembles import Step, ensemble_config
+from conch.validation.validator import validate_model
+from tests.fixtures.ensembles import Step, ensemble_config, write_ensemble
 
 X = ("X", "TYPE_FP32", [4])
 Y = ("Y", "TYPE_FP32", [4])
@@ -219,3 +222,13 @@ def test_ensembles_that_include_each_other_are_a_cycle() -> None:
     message = nested_cycle("e", plan, lambda name: inner_steps.get(name, []))
     assert "step 0 (model 'inner') leads back to 'e' (e -> inner -> deeper -> e)" in message
     assert nested_cycle("e", plan, lambda name: {"inner": ["x"], "x": ["inner"]}.get(name, [])) == ""
+
+
+def test_conch_validate_reports_the_ensembles_own_problems_and_no_missing_model_file(tmp_path: Path) -> None:
+    write_ensemble(tmp_path, "sound", ensemble_config("sound", [X], [Y], DIAMOND))
+    assert validate_model(tmp_path / "sound") == []
+    ring = [("a", {"I": "X", "J": "B_OUT"}, {"O": "A_OUT"}), ("b", {"I": "A_OUT"}, {"O": "B_OUT", "O2": "Y"})]
+    write_ensemble(tmp_path, "ring", ensemble_config("ring", [X], [Y], ring))
+    [finding] = validate_model(tmp_path / "ring")
+    assert (finding.code, finding.model, finding.field) == ("ensemble-invalid", "ring", "ensemble_scheduling")
+    assert "form a cycle" in finding.message
