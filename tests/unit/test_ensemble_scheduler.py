@@ -194,3 +194,25 @@ def test_a_step_model_without_a_ready_version_is_503_with_its_reason() -> None:
         "ensemble 'e' step 'join' is not available: model 'join' has no ready version: config.pbtxt does "
         "not parse"
     )
+
+
+def test_an_optional_ensemble_input_left_out_is_left_out_of_its_step() -> None:
+    steps = [("pick", {"INPUT0": "X", "INPUT1": "EXTRA"}, {"OUTPUT0": "Y"})]
+    config = parse_config(
+        ensemble_config(
+            "e", [X, ("EXTRA", "TYPE_FP32", [4])], [("Y", "TYPE_FP32", [4])], steps, max_batch_size=4
+        )
+    )
+    config.input[1].optional = True
+    seen: list[list[str]] = []
+
+    async def infer(request: InferenceRequest) -> InferenceResponse:
+        seen.append([t.name for t in request.inputs])
+        return InferenceResponse("pick", "1", outputs=[Tensor("OUTPUT0", "FP32", request.inputs[0].data)])
+
+    models = {"pick": served("pick", ["INPUT0", "INPUT1"], ["OUTPUT0"])}
+    models["pick"].versions[1].config.input[1].optional = True
+    scheduler = EnsembleScheduler(config, plan_ensemble(config), infer, models.get, ModelStatistics("e", "1"))
+    outputs = run(scheduler.schedule(request(np.ones((1, 4), np.float32), ["Y"])))
+    assert seen == [["INPUT0"]]
+    np.testing.assert_array_equal(outputs["Y"], np.ones((1, 4), np.float32))
