@@ -9,6 +9,12 @@ The supervisor serves the metrics port: at each scrape it asks every worker for 
 sums them, so Prometheus sees one server. A worker asked for ``/v2/models/stats`` gets the same sum
 through the supervisor. If a worker dies, the supervisor stops the others and exits with an error,
 so an orchestrator restarts the whole server.
+
+Models with ``sequence_batching`` are refused before any worker starts: a sequence's slot and state
+live in the process that took its first request, while the kernel may send its next request, on
+another connection, to another worker. The check sits here, at start, because with ``--workers`` the
+repository is fixed (``--model-control-mode none``), so every model that will ever be served is seen;
+a failed start with one message is clearer than N workers each showing the model UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -20,14 +26,17 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import uvloop
 
 from conch.control_channel import ControlChannel
+from conch.core.errors import ConchError
 from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
+from conch.repository.config import parse_config
 from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run, uvicorn_server
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,13 @@ log = logging.getLogger(__name__)
 
 def run_workers(settings: ServeSettings, count: int) -> None:
     """Start ``count`` workers, supervise them until SIGINT/SIGTERM, then stop them all."""
+    stateful = sequence_models(settings.repository)
+    if stateful:
+        raise ServeError(
+            f"model(s) {stateful} use sequence_batching, whose sequences live in one process; --workers "
+            f"{count} would send a sequence's requests to different processes. Serve them with --workers 1 "
+            "(a conch serve of their own), or remove them from this repository"
+        )
     http_socket = listen(settings.host, settings.http_port, "HTTP")
     metrics_socket = listen(settings.host, settings.metrics_port, "metrics")
     _check_free(settings.host, settings.grpc_port)
@@ -58,6 +74,19 @@ def run_workers(settings: ServeSettings, count: int) -> None:
     code = uvloop.run(_supervise(pids, channels, metrics_socket))
     if code:
         raise ServeError("a worker process stopped unexpectedly (see the log above)")
+
+
+def sequence_models(repository: Path) -> list[str]:
+    """The models of ``repository`` whose config.pbtxt has ``sequence_batching``, by name."""
+    found = []
+    for config_file in sorted(repository.glob("*/config.pbtxt")):
+        try:
+            config = parse_config(config_file.read_text(encoding="utf-8", errors="replace"))
+        except ConchError:
+            continue  # the loader reports an unreadable config as the model's reason
+        if config.HasField("sequence_batching"):
+            found.append(config_file.parent.name)
+    return found
 
 
 def _run_worker(settings: ServeSettings, link: WorkerLink) -> int:

@@ -21,6 +21,8 @@ from conch.repository.sequence_config import fed_input_names, state_output_names
 DEFAULT_MODEL_FILENAME = "model.onnx"
 PYTHON_MODEL_FILENAME = "model.py"
 DEFAULT_MAX_BATCH_SIZE = 4
+#: Triton's ``max_sequence_idle_microseconds`` when the config leaves it out.
+DEFAULT_SEQUENCE_IDLE_US = 1_000_000
 
 
 def complete_defaults(config: mc.ModelConfig, model_name: str) -> None:
@@ -52,6 +54,8 @@ def complete_defaults(config: mc.ModelConfig, model_name: str) -> None:
             group.count = 1
     if not config.version_policy.WhichOneof("policy_choice"):
         config.version_policy.latest.num_versions = 1
+    if config.HasField("sequence_batching") and not config.sequence_batching.max_sequence_idle_microseconds:
+        config.sequence_batching.max_sequence_idle_microseconds = DEFAULT_SEQUENCE_IDLE_US
 
 
 def supports_batching(signature: ModelSignature) -> bool:

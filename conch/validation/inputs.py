@@ -3,7 +3,8 @@
 The warm-up sample is used when the config has one, so the checks run on data the model is meant for.
 Otherwise the data is random, seeded so that a run can be repeated: standard normal floats, integers
 from 0 to 3 (valid indices or category codes for most models), booleans, and one-letter strings. A
-variable dimension gets size :data:`VARIABLE_DIM_SIZE`.
+variable dimension gets size :data:`VARIABLE_DIM_SIZE`. A model with ``sequence_batching`` also gets the
+controls and initial state the sequence batcher feeds a sequence's first request.
 
 A batching model gets a batch of several rows. With a warm-up sample the first row is the sample and
 the others vary its floating-point values (NaNs stay NaN) while keeping its integers, booleans and
@@ -21,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.core import datatypes
 from conch.core.datatypes import Datatype
 from conch.repository.warmup import read_warmup_file, zero_sample
+from conch.scheduling.sequence_settings import SequenceSettings
 from conch.validation.warmup import WarmupInput, first_sample
 
 VARIABLE_DIM_SIZE = 2
@@ -45,7 +47,18 @@ def runtime_inputs(model_dir: Path, config: mc.ModelConfig, rows: int, seed: int
         spec = sample.inputs[entry.name] if sample is not None and entry.name in sample.inputs else None
         datatype = datatypes.from_config_type(entry.data_type)
         arrays[entry.name] = _input_array(model_dir, spec, datatype, list(entry.dims), batch_rows, rng)
+    if config.HasField("sequence_batching"):
+        arrays.update(_sequence_start(config, batch_rows))
     return RuntimeInputs(arrays, from_warmup=sample is not None)
+
+
+def _sequence_start(config: mc.ModelConfig, batch_rows: int | None) -> dict[str, np.ndarray]:
+    """The tensors the sequence batcher adds, as for the first request of a sequence in every row."""
+    settings = SequenceSettings.from_config(config)
+    row = settings.row_inputs({}, 1, start=True, end=False, state=settings.initial_state())
+    if batch_rows is None:
+        return row
+    return {name: np.concatenate([array] * batch_rows) for name, array in row.items()}
 
 
 def _input_array(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -14,7 +16,9 @@ from conch.repository.config_validation import (
     check_against_signature,
     signature_findings,
 )
-from tests.fixtures.sequence_models import accumulator_config
+from conch.validation import Severity, validate_model
+from tests.fixtures.onnx_models import write_repository
+from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 
 ACCUMULATOR = ModelSignature(
     inputs=(
@@ -123,3 +127,9 @@ def test_triton_wording_for_repeated_kinds() -> None:
     config = completed(accumulator_config("acc").replace("CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_START"))
     messages = [f.message for f in batching_findings(config, "acc")]
     assert "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors for acc" in messages
+
+
+def test_conch_validate_accepts_a_stateful_model_and_runs_it(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"acc": (accumulator_model(), accumulator_config("acc"))})
+    found = validate_model(repository / "acc")
+    assert [f for f in found if f.severity is not Severity.INFO] == []  # it ran: no random-input warning
