@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.core import codecs, datatypes
 from conch.core.errors import ConchError
 from conch.packaging.metadata import WARMUP_FOLDER
+from conch.repository.sequence_config import fed_inputs
 from conch.repository.warmup import warmup_file_path
 from conch.validation.findings import Finding, Severity
 
@@ -48,8 +49,12 @@ def warmup_file_findings(model_dir: Path, config: mc.ModelConfig, model: str) ->
 
 
 def warmup_config_findings(config: mc.ModelConfig, model: str) -> list[Finding]:
-    """Every warm-up input is a config input with its datatype and dims, and every config input has data."""
-    declared = {entry.name: entry for entry in config.input}
+    """Every warm-up input is a config input with its datatype and dims, and every config input has data.
+
+    A warm-up sample goes straight to the instances, so for a stateful model it gives the control and
+    state inputs too, as in Triton.
+    """
+    declared = {entry.name: entry for entry in [*config.input, *fed_inputs(config)]}
     found: list[Finding] = []
     for index, sample in enumerate(config.model_warmup):
         where = f"model_warmup[{index}].inputs"

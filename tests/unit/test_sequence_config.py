@@ -17,6 +17,7 @@ from conch.repository.config_validation import (
     signature_findings,
 )
 from conch.validation import Severity, validate_model
+from conch.validation.warmup import warmup_config_findings
 from tests.fixtures.onnx_models import write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 
@@ -133,3 +134,20 @@ def test_conch_validate_accepts_a_stateful_model_and_runs_it(tmp_path: Path) -> 
     repository = write_repository(tmp_path, {"acc": (accumulator_model(), accumulator_config("acc"))})
     found = validate_model(repository / "acc")
     assert [f for f in found if f.severity is not Severity.INFO] == []  # it ran: no random-input warning
+
+
+def warmup_input(name: str, data_type: str) -> str:
+    return f'{{ key: "{name}" value: {{ data_type: {data_type} dims: [ 1 ] zero_data: true }} }}'
+
+
+FED = [("START", "TYPE_INT32"), ("READY", "TYPE_INT32"), ("END", "TYPE_INT32"), ("CORRID", "TYPE_UINT64")]
+
+
+def test_warm_up_samples_give_the_fed_inputs_as_in_triton() -> None:
+    listed = [("INPUT", "TYPE_FP32"), *FED, ("STATE_IN", "TYPE_FP32")]
+    entries = ", ".join(warmup_input(*i) for i in listed)
+    sample = f'model_warmup [ {{ name: "w" batch_size: 1 inputs [ {entries} ] }} ]'
+    assert warmup_config_findings(completed(accumulator_config("acc") + sample), "acc") == []
+    without_state = sample.replace(", " + warmup_input("STATE_IN", "TYPE_FP32"), "")
+    found = warmup_config_findings(completed(accumulator_config("acc") + without_state), "acc")
+    assert [f.message for f in found] == ["warm-up sample 'w' has no data for config input 'STATE_IN'"]
