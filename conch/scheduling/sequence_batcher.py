@@ -258,13 +258,13 @@ class SequenceBatcher:
         self, instance: ModelInstance, rows: list[Row], names: list[str]
     ) -> tuple[list[Outcome], ExecutionTiming | None]:
         """One execution over the rows' concatenated tensors; each answered row gets its slice."""
-        if self._settings.batching and len(rows) > 1:
-            inputs = {name: np.concatenate([r[0][name] for r in rows]) for name in rows[0][0]}
-        else:
-            inputs = rows[0][0]
         answered = [(row, t) for row, (_, t) in enumerate(rows) if t is not None]
         alone = len(answered) == 1 and answered[0][1][1].payload[0].alone
         try:
+            if self._settings.batching and len(rows) > 1:
+                inputs = {name: np.concatenate([r[0][name] for r in rows]) for name in rows[0][0]}
+            else:
+                inputs = rows[0][0]
             outputs, timing = await self._pool.run(instance, inputs, names, inline=alone)
         except Exception as exc:
             return [exc] * len(answered), None
