@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import numpy as np
@@ -28,7 +28,8 @@ from tests.fixtures.onnx_models import identity_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess
 
-Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
+#: tritonclient's HTTP or gRPC client (untyped packages).
+Client: TypeAlias = Any
 MODELS = {
     "acc-direct": accumulator_config("acc-direct", max_batch_size=4),
     "acc-oldest": accumulator_config(
@@ -193,7 +194,7 @@ def test_grpc_streaming_interleaves_sequences_in_order(server: ServerProcess) ->
         got = [answers.get(timeout=10) for _ in range(8)]
         client.stop_stream()
     assert [error for _, error in got] == [None] * 8
-    sums: dict[str, list[float]] = {}
+    sums: dict[str, list[tuple[int, float]]] = {}
     for result, _ in got:
         sequence, index = result.get_response().id.rsplit("-", 1)
         sums.setdefault(sequence, []).append((int(index), total(result)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -45,7 +46,7 @@ class Recorded:
 
 
 def build(
-    instances: int = 1, corrid: int = TensorProto.UINT64, **config_args: object
+    instances: int = 1, corrid: int = TensorProto.UINT64, **config_args: Any
 ) -> tuple[SequenceBatcher, list[Recorded], ModelStatistics, mc.ModelConfig]:
     corrid_type = "TYPE_STRING" if corrid == TensorProto.STRING else "TYPE_UINT64"
     config = parse_config(
@@ -228,3 +229,44 @@ def test_close_answers_waiting_requests_503() -> None:
             await waiting
 
     run(body)
+
+
+class RequestList:
+    """An instance that takes its batch as a list of requests, as Python-backend instances do."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[ScheduledRequest]] = []
+
+    async def execute(
+        self, requests: list[ScheduledRequest]
+    ) -> tuple[list[dict[str, np.ndarray]], ExecutionTiming]:
+        self.batches.append(requests)
+        answers = []
+        for r in requests:
+            kept = r.inputs["STATE_IN"] * (1 - r.inputs["START"])
+            answers.append({"OUTPUT": kept + r.inputs["INPUT"], "STATE_OUT": kept + r.inputs["INPUT"]})
+        return answers, ExecutionTiming()
+
+
+def test_request_list_instances_get_answered_rows_with_controls_and_parameters() -> None:
+    config = parse_config(accumulator_config("acc"))
+    config.input.add(name="INPUT", data_type=mc.TYPE_FP32, dims=[1])
+    config.output.add(name="OUTPUT", data_type=mc.TYPE_FP32, dims=[1])
+    instance = RequestList()
+    batcher = create_scheduler(config, InstancePool([instance], "acc"), ModelStatistics("acc", "1"))
+
+    def ask(sequence_id: int, value: float, start: bool = False) -> ScheduledRequest:
+        parameters = {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": False}
+        return ScheduledRequest({"INPUT": np.array([[value]], np.float32)}, ["OUTPUT"], 1, parameters)
+
+    async def body() -> None:
+        await asyncio.gather(batcher.schedule(ask(1, 1, start=True)), batcher.schedule(ask(2, 5, start=True)))
+        assert total(await batcher.schedule(ask(2, 5))) == 10
+        last = instance.batches[-1]
+        assert len(last) == 1  # slot 0 had nothing: no not-ready request is sent
+        assert last[0].parameters["sequence_id"] == 2 and last[0].parameters["sequence_start"] is False
+        assert last[0].inputs["READY"].tolist() == [[1]] and last[0].inputs["CORRID"].tolist() == [[2]]
+        assert "STATE_OUT" in last[0].output_names
+
+    run(body)
+    batcher.close()
