@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 EXTENSIONS = [
     "binary_tensor_data",
+    "classification",
+    "system_shared_memory",
     "model_configuration",
     "statistics",
     "model_repository",

@@ -48,6 +48,7 @@ from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
 from conch.server import InferenceServer, ServerOptions
+from conch.shared_memory.registry import registry_of
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         servers.append(uvicorn_server(metrics_app(registry)))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
+        registry_of(server).refuse(
+            "system shared memory cannot be registered with --workers above 1: each worker process "
+            "would hold its own regions; serve with --workers 1 to use shared memory"
+        )
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
     if grpc_server is not None:
         await grpc_server.start()

@@ -69,13 +69,3 @@ def refuse_output_misuse(output: str, parameters: Mapping[str, Any]) -> None:
             f"Output can't set both '{SHARED_MEMORY_REGION}' and '{BINARY_DATA}' (output '{output}'): "
             "the data goes to the region; drop binary_data"
         )
-
-
-def refuse_shared_memory(tensor: str, parameters: Mapping[str, Any]) -> None:
-    """Shared-memory parameters, refused while this server has no shared-memory extension."""
-    for key in SHARED_MEMORY:
-        if key in parameters:
-            raise InvalidArgumentError(
-                f"'{key}' of tensor '{tensor}': this server does not implement the shared-memory "
-                "extensions; send the tensor's data in the request and read it from the response"
-            )

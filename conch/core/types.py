@@ -25,17 +25,27 @@ class Tensor:
         return tuple(self.data.shape)
 
 
+@dataclass(frozen=True, slots=True)
+class SharedMemoryRef:
+    """Where a tensor lies in a registered shared-memory region: ``byte_size`` bytes at ``offset``."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
 @dataclass(slots=True)
 class RequestedOutput:
     """An output the client asked for; ``binary`` is the HTTP binary-extension choice (None: default).
 
     ``classification`` > 0 asks for the output's top classes instead of its values
-    (:mod:`conch.core.classification`).
+    (:mod:`conch.core.classification`); ``shared_memory`` asks for it to be written into a region.
     """
 
     name: str
     binary: bool | None = None
     classification: int = 0
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(slots=True)

@@ -284,7 +284,9 @@ def test_server_still_serves_after_errors(grpc_client: grpcclient.InferenceServe
     assert result.get_response().model_version == "2"  # the newest version by default
 
 
-#: The methods docs/protocol.md lists as served; every other method of the service is UNIMPLEMENTED.
+#: The methods docs/protocol.md lists as served; the CUDA shared-memory ones are refused with a clear
+#: INVALID_ARGUMENT, and every other method of the service is UNIMPLEMENTED.
+CUDA_SHARED_MEMORY = {"CudaSharedMemoryRegister", "CudaSharedMemoryStatus"}
 SERVED_METHODS = {
     "ServerLive",
     "ServerReady",
@@ -298,26 +300,23 @@ SERVED_METHODS = {
     "RepositoryIndex",
     "RepositoryModelLoad",
     "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryUnregister",  # nothing CUDA can be registered: unregistering it all succeeds
 }
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-UNLISTED = sorted(m.name for m in SERVICE.methods if m.name not in SERVED_METHODS)
+UNLISTED = sorted(
+    m.name for m in SERVICE.methods if m.name not in SERVED_METHODS and m.name not in CUDA_SHARED_MEMORY
+)
 
 
-def test_the_unlisted_methods_are_shared_memory_trace_and_log() -> None:
-    assert UNLISTED == [
-        "CudaSharedMemoryRegister",
-        "CudaSharedMemoryStatus",
-        "CudaSharedMemoryUnregister",
-        "LogSettings",
-        "SystemSharedMemoryRegister",
-        "SystemSharedMemoryStatus",
-        "SystemSharedMemoryUnregister",
-        "TraceSetting",
-    ]
+def test_the_unlisted_methods_are_trace_and_log() -> None:
+    assert UNLISTED == ["LogSettings", "TraceSetting"]
 
 
-@pytest.mark.parametrize("method", UNLISTED)
-def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method: str) -> None:
+def call_method(server: ServerProcess, method: str) -> grpc.RpcError:
+    """The error of ``method`` called with an empty request."""
     descriptor = SERVICE.methods_by_name[method]
     request_type = getattr(service_pb2, descriptor.input_type.name)
     response_type = getattr(service_pb2, descriptor.output_type.name)
@@ -329,7 +328,20 @@ def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method:
         )
         with pytest.raises(grpc.RpcError) as caught:
             call(request_type(), timeout=30)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    return caught.value
+
+
+@pytest.mark.parametrize("method", UNLISTED)
+def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method: str) -> None:
+    assert call_method(server, method).code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("method", sorted(CUDA_SHARED_MEMORY))
+def test_cuda_shared_memory_is_refused_with_a_reason(server: ServerProcess, method: str) -> None:
+    error = call_method(server, method)
+
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith("CUDA shared memory is not supported by this server")
 
 
 @pytest.mark.parametrize("method", ["load_model", "unload_model"])

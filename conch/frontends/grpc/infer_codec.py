@@ -16,6 +16,7 @@ from conch.core import reserved_parameters as reserved
 from conch.core.classification import class_count
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.shared_memory.tensors import RegionLeases, shared_memory_ref
 
 _CONTENTS_FIELD = {
     "BOOL": "bool_contents",
@@ -33,8 +34,11 @@ _CONTENTS_FIELD = {
 }
 
 
-def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
-    """Core request from a gRPC message; raw and typed contents may not be mixed, as in Triton."""
+def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None = None) -> InferenceRequest:
+    """Core request from a gRPC message; raw and typed contents may not be mixed, as in Triton.
+
+    ``regions`` reads inputs from and holds the outputs' system shared-memory regions (None: refused).
+    """
     raw = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
         raise InvalidArgumentError(
@@ -48,9 +52,20 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
     )
     reserved.check_request_parameters(request.parameters, "gRPC")
     for index, item in enumerate(message.inputs):
-        if item.parameters:  # most inputs carry none: the map is read only when present
-            _check_tensor_parameters(item.name, decode_parameters(item.parameters))
         shape = codecs.check_shape(item.name, list(item.shape))
+        if item.parameters:  # most inputs carry none: the map is read only when present
+            parameters = decode_parameters(item.parameters)
+            reserved.refuse_http_only(item.name, parameters)
+            ref = shared_memory_ref(item.name, parameters)
+            if ref is not None:
+                if item.HasField("contents"):
+                    raise InvalidArgumentError(
+                        f"unexpected 'content' provided when using shared memory for input tensor "
+                        f"'{item.name}' for model '{message.model_name}'; the data is in the region"
+                    )
+                data = _leases(regions).read_input(item.name, item.datatype, shape, message.model_name, ref)
+                request.inputs.append(Tensor(item.name, item.datatype, data))
+                continue
         if raw and item.HasField("contents"):
             raise InvalidArgumentError(
                 "contents field must not be specified when using raw_input_contents for "
@@ -62,35 +77,51 @@ def decode_request(message: pb.ModelInferRequest) -> InferenceRequest:
         else:
             data = _from_contents(item, shape, message.model_name)
         request.inputs.append(Tensor(item.name, item.datatype, data))
-    request.outputs = [_requested_output(o) for o in message.outputs]
+    request.outputs = [_requested_output(o, regions) for o in message.outputs]
     return request
 
 
-def _requested_output(item: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+def _requested_output(
+    item: pb.ModelInferRequest.InferRequestedOutputTensor, regions: RegionLeases | None
+) -> RequestedOutput:
     if not item.parameters:
         return RequestedOutput(item.name)
     parameters = decode_parameters(item.parameters)
-    _check_tensor_parameters(item.name, parameters)
+    reserved.refuse_http_only(item.name, parameters)
     reserved.refuse_output_misuse(item.name, parameters)
+    ref = shared_memory_ref(item.name, parameters)
+    if ref is not None:
+        _leases(regions).check_output(ref)
     count = parameters.get(reserved.CLASSIFICATION)
-    return RequestedOutput(item.name, classification=0 if count is None else class_count(item.name, count))
+    classes = 0 if count is None else class_count(item.name, count)
+    return RequestedOutput(item.name, classification=classes, shared_memory=ref)
 
 
-def _check_tensor_parameters(name: str, parameters: dict[str, Any]) -> None:
-    reserved.refuse_http_only(name, parameters)
-    reserved.refuse_shared_memory(name, parameters)
+def _leases(regions: RegionLeases | None) -> RegionLeases:
+    if regions is None:
+        raise InvalidArgumentError("system shared memory is not available to this request")
+    return regions
 
 
-def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
-    """A ``ModelInferResponse`` with every output in ``raw_output_contents``."""
+def encode_response(
+    response: InferenceResponse, request: InferenceRequest | None = None
+) -> pb.ModelInferResponse:
+    """A ``ModelInferResponse`` with every output in ``raw_output_contents``.
+
+    An output ``request`` asked into a shared-memory region gets an empty entry there, as in Triton.
+    """
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     for key, value in response.parameters.items():
         message.parameters[key].string_param = str(value)
+    in_regions = set()
+    if request is not None:
+        in_regions = {o.name for o in request.outputs if o.shared_memory is not None}
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        message.raw_output_contents.append(bytes(codecs.to_bytes(tensor.data)))
+        in_region = tensor.name in in_regions
+        message.raw_output_contents.append(b"" if in_region else bytes(codecs.to_bytes(tensor.data)))
     return message
 
 

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from conch.core.errors import ConchError, ErrorKind
+from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError
 from conch.frontends.classified_outputs import classify_outputs
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
@@ -23,6 +23,8 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_MET
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
 from conch.server import InferenceServer
+from conch.shared_memory.registry import CUDA_REFUSAL, registry_of
+from conch.shared_memory.tensors import RegionLeases
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        #: The system shared-memory regions, shared with the HTTP frontend of the same server.
+        self.regions = registry_of(server)
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.server.live())
@@ -96,6 +100,45 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await _awaited(context, self.server.unload_model(request.model_name, _parameters(request.parameters)))
         return pb.RepositoryModelUnloadResponse()
 
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        regions = await _call(context, lambda: self.regions.status(request.name))
+        answer = pb.SystemSharedMemoryStatusResponse()
+        for region in regions:
+            answer.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return answer
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        await _call(
+            context,
+            lambda: self.regions.register(request.name, request.key, request.offset, request.byte_size),
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.regions.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        await _abort(context, InvalidArgumentError(CUDA_REFUSAL))
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        await _abort(context, InvalidArgumentError(CUDA_REFUSAL))
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        # Nothing can be registered, so nothing is left registered: clients that unregister every
+        # region at start or exit (perf_analyzer) go on.
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:
             # Reading a call's metadata costs a conversion from gRPC's core: only when a release splits.
@@ -129,12 +172,17 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _infer(
         self, message: pb.ModelInferRequest, route_key: str | None = None
     ) -> pb.ModelInferResponse:
-        request = infer_codec.decode_request(message)
-        if route_key is not None:
-            request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-        response = await self.server.infer(request)
-        classify_outputs(self.server.repository, request, response)
-        return infer_codec.encode_response(response)
+        leases = RegionLeases(self.regions)
+        try:
+            request = infer_codec.decode_request(message, leases)
+            if route_key is not None:
+                request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
+            response = await self.server.infer(request)
+            classify_outputs(self.server.repository, request, response)
+            leases.write_outputs(request, response)
+        finally:
+            leases.release()
+        return infer_codec.encode_response(response, request)
 
 
 def _route_key(context: Any) -> str | None:

@@ -14,11 +14,13 @@ import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.frontends.classified_outputs import classify_outputs
-from conch.frontends.http import infer_codec
+from conch.frontends.http import infer_codec, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.lifecycle.deep_health import DeepHealth
 from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
 from conch.server import InferenceServer
+from conch.shared_memory.registry import registry_of
+from conch.shared_memory.tensors import RegionLeases
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ class HttpFrontend:
         self.max_body_bytes = max_body_bytes
         #: ``GET /v2/health/deep``'s checker; the default settings when ``conch serve`` gives none.
         self.deep_health = deep_health or DeepHealth(server)
+        #: The system shared-memory regions, shared with the gRPC frontend of the same server.
+        self.regions = registry_of(server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -99,6 +103,8 @@ class HttpFrontend:
             else:
                 await self.server.unload_model(route[2], parameters)
             return 200, b"", []
+        if route[0] in ("systemsharedmemory", "cudasharedmemory"):
+            return await self._shared_memory_route(scope, receive, method, route)
         if route == ["models", "stats"]:
             _require(method, "GET")
             return _json(200, await self.server.statistics())
@@ -131,6 +137,23 @@ class HttpFrontend:
             return await self._infer(scope, receive, name, version)
         raise NotFoundError(f"no route for {scope['path']}")
 
+    async def _shared_memory_route(
+        self, scope: Scope, receive: Receive, method: str, route: list[str]
+    ) -> Reply:
+        parsed = shared_memory_routes.parse_route(route)
+        if parsed is None:
+            raise NotFoundError(f"no route for {scope['path']}")
+        region, action = parsed
+        _require(method, "GET" if action == "status" else "POST")
+        if route[0] == "cudasharedmemory":
+            if action == "unregister":  # nothing can be registered, so nothing is left registered
+                return 200, b"", []
+            raise InvalidArgumentError(shared_memory_routes.CUDA_REFUSAL)
+        body = await read_body(scope, receive, self.max_body_bytes) if action == "register" else b""
+        document = infer_codec.load_json_object(body) if body else {}
+        answer = shared_memory_routes.answer(self.regions, region, action, document)
+        return (200, b"", []) if answer is None else _json(200, answer)
+
     async def _release_route(
         self, scope: Scope, receive: Receive, method: str, name: str, action: list[str]
     ) -> Reply:
@@ -147,12 +170,17 @@ class HttpFrontend:
         self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
         body = await read_body(scope, receive, self.max_body_bytes)
         header_length = _header_length(scope)
-        request = infer_codec.decode_request(body, header_length, name, version)
-        route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
-        if route_key is not None:
-            request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-        response = await self.server.infer(request)
-        classify_outputs(self.server.repository, request, response)
+        leases = RegionLeases(self.regions)
+        try:
+            request = infer_codec.decode_request(body, header_length, name, version, leases)
+            route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
+            if route_key is not None:
+                request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
+            response = await self.server.infer(request)
+            classify_outputs(self.server.repository, request, response)
+            leases.write_outputs(request, response)
+        finally:
+            leases.release()
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
             headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]

@@ -15,15 +15,23 @@ from conch.core import classification, codecs
 from conch.core import reserved_parameters as reserved
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.shared_memory.tensors import RegionLeases, shared_memory_ref
 
 JSON_CONTENT_TYPE = b"application/json"
 BINARY_CONTENT_TYPE = b"application/octet-stream"
 
 
 def decode_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str
+    body: bytes,
+    header_length: int | None,
+    model_name: str,
+    model_version: str,
+    regions: RegionLeases | None = None,
 ) -> InferenceRequest:
-    """Parse an infer request body; ``header_length`` is the binary extension header, if sent."""
+    """Parse an infer request body; ``header_length`` is the binary extension header, if sent.
+
+    ``regions`` reads inputs from and holds the outputs' system shared-memory regions (None: refused).
+    """
     view = memoryview(body)
     if header_length is None:
         header_length = len(body)
@@ -41,7 +49,7 @@ def decode_request(
         raise InvalidArgumentError("request has no 'inputs' list")
     offset = header_length
     for item in inputs:
-        tensor, offset = _decode_input(item, view, offset, model_name)
+        tensor, offset = _decode_input(item, view, offset, model_name, regions)
         request.inputs.append(tensor)
     if offset != len(body):
         raise InvalidArgumentError(
@@ -50,13 +58,18 @@ def decode_request(
             "bytes after the JSON header"
         )
     for item in _optional(document, "outputs", list, []):
-        request.outputs.append(_decode_output(item))
+        request.outputs.append(_decode_output(item, regions))
     return request
 
 
 def encode_response(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
-    """The response body and, when any output is binary, the JSON header's length."""
+    """The response body and, when any output is binary, the JSON header's length.
+
+    An output written to a shared-memory region has neither data nor parameters, as in Triton (whose
+    C++ client, perf_analyzer's, refuses output parameters without ``binary_data_size``).
+    """
     binary_by_name = {o.name: o.binary for o in request.outputs}
+    in_regions = {o.name for o in request.outputs if o.shared_memory is not None}
     default_binary = bool(request.parameters.get("binary_data_output", False))
     outputs = []
     blobs: list[bytes | memoryview] = []
@@ -67,6 +80,9 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
             "shape": list(tensor.shape),
         }
         binary = binary_by_name.get(tensor.name)
+        if tensor.name in in_regions:  # the data is in the client's region
+            outputs.append(entry)
+            continue
         if binary if binary is not None else default_binary:
             blob = codecs.to_bytes(tensor.data)
             entry["parameters"] = {"binary_data_size": len(blob)}
@@ -97,7 +113,9 @@ def load_json_object(data: bytes | memoryview) -> dict[str, Any]:
     return document
 
 
-def _decode_input(item: Any, body: memoryview, offset: int, model: str) -> tuple[Tensor, int]:
+def _decode_input(
+    item: Any, body: memoryview, offset: int, model: str, regions: RegionLeases | None
+) -> tuple[Tensor, int]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("each entry of 'inputs' must be an object with a 'name'")
     name = item["name"]
@@ -109,7 +127,9 @@ def _decode_input(item: Any, body: memoryview, offset: int, model: str) -> tuple
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"input '{name}': 'parameters' must be an object")
     _check_content_fields(name, item, parameters)
-    reserved.refuse_shared_memory(name, parameters)
+    ref = shared_memory_ref(name, parameters)
+    if ref is not None:
+        return Tensor(name, datatype, _leases(regions).read_input(name, datatype, shape, model, ref)), offset
     size = parameters.get("binary_data_size")
     if size is None:
         return Tensor(name, datatype, codecs.from_json(name, datatype, shape, item["data"])), offset
@@ -125,7 +145,7 @@ def _decode_input(item: Any, body: memoryview, offset: int, model: str) -> tuple
     return Tensor(name, datatype, data), offset + size
 
 
-def _decode_output(item: Any) -> RequestedOutput:
+def _decode_output(item: Any, regions: RegionLeases | None) -> RequestedOutput:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("each entry of 'outputs' must be an object with a 'name'")
     parameters = item.get("parameters") or {}
@@ -133,14 +153,23 @@ def _decode_output(item: Any) -> RequestedOutput:
         raise InvalidArgumentError(f"output '{item['name']}': 'parameters' must be an object")
     name = item["name"]
     reserved.refuse_output_misuse(name, parameters)
-    reserved.refuse_shared_memory(name, parameters)
+    ref = shared_memory_ref(name, parameters)
+    if ref is not None:
+        _leases(regions).check_output(ref)
     count = parameters.get(reserved.CLASSIFICATION)
     binary = parameters.get(reserved.BINARY_DATA)
     return RequestedOutput(
         name,
         None if binary is None else bool(binary),
         0 if count is None else classification.class_count(name, count),
+        ref,
     )
+
+
+def _leases(regions: RegionLeases | None) -> RegionLeases:
+    if regions is None:
+        raise InvalidArgumentError("system shared memory is not available to this request")
+    return regions
 
 
 def _check_content_fields(name: str, item: dict[str, Any], parameters: dict[str, Any]) -> None:
