@@ -9,6 +9,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
     *sorted((ROOT / "conch" / "validation").glob("*.py")),
     ROOT / "conch/repository/config_validation.py",
+    ROOT / "conch/repository/sequence_config.py",
+    ROOT / "conch/repository/sequence_config_checks.py",
 ]
 NOT_CODES = {"utf-8"}  # other kebab-case strings in those files
 
