@@ -40,6 +40,10 @@ MODELS = {
     "acc-idle": accumulator_config("acc-idle", idle_us=200_000),
     "acc-string": accumulator_config("acc-string", corrid_type="TYPE_STRING"),
     "acc-single": accumulator_config("acc-single", max_batch_size=0),
+    # Listing the state output in `output` lets a client ask for it, as in Triton.
+    "acc-visible": accumulator_config("acc-visible")
+    + 'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] }, '
+    '{ name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]',
 }
 
 
@@ -298,10 +302,19 @@ def test_the_state_output_is_not_an_output_clients_can_ask_for(http_client: Any)
     assert_invalid(refused.value, "unexpected inference output 'STATE_OUT'")
 
 
+def test_a_state_output_listed_in_output_can_be_asked_for(http_client: Any) -> None:
+    asked = [httpclient.InferRequestedOutput("STATE_OUT")]
+    for value, start in ((2.0, True), (3.0, False)):
+        result = http_client.infer(
+            "acc-visible", inputs(httpclient, value), outputs=asked, sequence_id=95, sequence_start=start
+        )
+    assert result.as_numpy("STATE_OUT").tolist() == [[5.0]] and result.as_numpy("OUTPUT") is None
+
+
 def test_workers_refuse_a_repository_with_sequence_models(repository: Path, tmp_path: Path) -> None:
     workers = ServerProcess(repository, ["--workers", "2"])
     with pytest.raises(RuntimeError, match="exited with 1"):
         workers.start(tmp_path, timeout=15)
     log = workers.log()
     assert "use sequence_batching, whose sequences live in one process" in log
-    assert "['acc-direct', 'acc-idle', 'acc-oldest', 'acc-single', 'acc-string']" in log
+    assert "['acc-direct', 'acc-idle', 'acc-oldest', 'acc-single', 'acc-string', 'acc-visible']" in log
