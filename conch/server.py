@@ -233,6 +233,7 @@ class InferenceServer:
                 request.batch_size(served.config.max_batch_size > 0),
                 request.parameters,
                 in_flight=self.in_flight,
+                id=request.id,
             )
             assert served.scheduler is not None
             try:

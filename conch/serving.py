@@ -26,6 +26,9 @@ from prometheus_client.registry import Collector
 
 from conch.backends.ensemble import EnsembleBuilder
 from conch.backends.kinds import BackendKind
+from conch.backends.python.backend_config import BackendSetting, shared_memory_sizes
+from conch.backends.python.process import ProcessSettings
+from conch.backends.python.stub.conch_ipc import DEFAULT_SEGMENT_BYTES, GROWTH_BYTES
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
@@ -35,6 +38,7 @@ from conch.frontends.http.app import HttpFrontend
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
+from conch.lifecycle.python_models import PythonBackendSettings, PythonModelBuilder
 from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
@@ -81,6 +85,8 @@ class ServeSettings:
     circuit_breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
     fallback_strategy: str = ""
     state_dir: str = ""
+    #: ``--backend-config`` entries (the Python backend's shared memory sizes).
+    backend_config: tuple[BackendSetting, ...] = ()
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -164,6 +170,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         ServerOptions(strict_readiness=settings.strict_readiness, server_name=settings.server_name),
         control,
         releases,
+    )
+    control.loader.builders[BackendKind.PYTHON] = PythonModelBuilder(
+        PythonBackendSettings(
+            python_process_settings(settings), functools.partial(server.infer, admitted=True)
+        )
     )
     control.loader.builders[BackendKind.ENSEMBLE] = EnsembleBuilder(
         functools.partial(server.infer, admitted=True), repository.models.get
@@ -256,6 +267,15 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
 
 #: Seconds between two judgements of every release's gate.
 RELEASE_CHECK_SECS = 1.0
+
+
+def python_process_settings(settings: ServeSettings) -> ProcessSettings:
+    """How Python models' processes start: the server's interpreter, ``--backend-config`` sizes."""
+    sizes = shared_memory_sizes(settings.backend_config)
+    return ProcessSettings(
+        shm_default_bytes=sizes.get("shm-default-byte-size", DEFAULT_SEGMENT_BYTES),
+        shm_growth_bytes=sizes.get("shm-growth-byte-size", GROWTH_BYTES),
+    )
 
 
 def release_controller(

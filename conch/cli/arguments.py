@@ -7,6 +7,8 @@ import argparse
 import logging
 from collections.abc import Callable
 
+from conch.backends.python.backend_config import BackendSetting, parse_backend_setting
+
 #: Python's level names, which ``--log-level`` takes in any case.
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -78,3 +80,11 @@ def log_level(text: str) -> int:
             f"expected one of {', '.join(LOG_LEVELS)} (or verbose, which is debug), got '{text}'"
         )
     return int(logging.getLevelNamesMapping()[name.upper()])
+
+
+def backend_setting(text: str) -> BackendSetting:
+    """A ``--backend-config`` entry (:mod:`conch.backends.python.backend_config`)."""
+    try:
+        return parse_backend_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

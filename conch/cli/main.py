@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.cli.arguments import LOG_LEVELS, at_least, boolean, choice, log_level, ratio, server_name
+from conch.cli.arguments import (
+    LOG_LEVELS,
+    at_least,
+    backend_setting,
+    boolean,
+    choice,
+    log_level,
+    ratio,
+    server_name,
+)
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
@@ -280,6 +289,16 @@ def _model_control_flags(serve: argparse.ArgumentParser) -> None:
         "--repository-poll-secs; explicit: load only --load-model at start, then through the load and "
         "unload API (one of " + ", ".join(CONTROL_MODES) + ")",
     )
+    serve.add_argument(
+        "--backend-config",
+        action="append",
+        type=backend_setting,
+        default=os.environ.get("CONCH_BACKEND_CONFIG", "").split(),
+        metavar="BACKEND,KEY=VALUE",
+        help="a backend's setting, as Triton's: python,shm-default-byte-size=N and "
+        "python,shm-growth-byte-size=N size the shared memory Python models' tensors cross in; repeat "
+        "it for more (CONCH_BACKEND_CONFIG, space-separated; default: 1 MiB each)",
+    )
     _setting(
         serve,
         "--repository-poll-secs",
@@ -371,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         circuit_breaker_defaults=defaults,
         fallback_strategy=args.fallback_strategy,
         state_dir=args.state_dir,
+        backend_config=tuple(backend_setting(e) if isinstance(e, str) else e for e in args.backend_config),
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

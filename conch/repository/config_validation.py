@@ -172,6 +172,11 @@ def check_identity(config: mc.ModelConfig, folder_name: str) -> None:
     _raise_first_error(identity_findings(config, folder_name))
 
 
+def check_batching(config: mc.ModelConfig) -> None:
+    """The batching rules alone, for backends without a graph to check against (Python models)."""
+    _raise_first_error(batching_findings(config, config.name))
+
+
 def check_against_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:
     """The server's load-time check of the completed config against the graph, its batching and its
     reshapes: raise the first error, as Triton refuses such a model at load."""

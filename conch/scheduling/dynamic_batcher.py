@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,11 +31,9 @@ from conch.core.errors import UnavailableError
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
 from conch.scheduling.instance_pool import InstancePool, ModelInstance
-from conch.scheduling.scheduler import ScheduledRequest
+from conch.scheduling.scheduler import Outcome, RequestListInstance, ScheduledRequest
 
 log = logging.getLogger(__name__)
-
-Outcome = dict[str, np.ndarray] | BaseException
 
 #: Turns of the event loop the batcher gives, once it has an instance and other requests are in the
 #: server, before it forms the batch: the answers of the batch just computed go out and the requests
@@ -134,11 +133,14 @@ class DynamicBatcher:
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 
-    async def _execute(self, instance: ModelInstance, batch: list[PendingRequest]) -> None:
+    async def _execute(self, instance: Any, batch: list[PendingRequest]) -> None:
         dispatched = self._clock()
         for pending in batch:
             pending.request.queue_ns = dispatched - pending.enqueued_ns
         try:
+            if self._pool.takes_request_lists:
+                await self._execute_requests(instance, batch)
+                return
             if len(batch) == 1:
                 self._finish(batch[0], await self._run_alone(instance, batch[0]))
                 return
@@ -162,6 +164,17 @@ class DynamicBatcher:
             raise
         finally:
             self._pool.release(instance)
+
+    async def _execute_requests(self, instance: RequestListInstance, batch: list[PendingRequest]) -> None:
+        """The batch as its list of requests, each answered (or failed) on its own."""
+        try:
+            outcomes, timing = await instance.execute([p.request for p in batch])
+        except Exception as exc:
+            outcomes, timing = [exc] * len(batch), None
+        if timing is not None:
+            self._statistics.record_execution(sum(p.rows for p in batch), len(batch), timing)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            self._finish(pending, outcome)
 
     async def _run(self, instance: ModelInstance, batch: list[PendingRequest]) -> dict[str, np.ndarray]:
         first = batch[0].request

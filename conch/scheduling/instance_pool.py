@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
 
 #: Executions faster than this (moving average) run on the event loop. Measured on the worker thread,
@@ -24,6 +25,7 @@ INLINE_BELOW_NS = 200_000
 #: another instance), so a slow model must not hold it.
 INLINE_ALONE_BELOW_NS = 2_000_000
 _SMOOTHING = 0.1
+_CLOSED: Any = object()
 
 
 class ModelInstance(Protocol):
@@ -37,12 +39,16 @@ class ModelInstance(Protocol):
 class InstancePool:
     """Idle instances, and one worker thread per instance to run them on."""
 
-    def __init__(self, instances: list[ModelInstance], name: str) -> None:
+    def __init__(self, instances: list[Any], name: str) -> None:
+        #: The instances take their batch as a list of requests (``RequestListInstance``), on the loop.
+        self.takes_request_lists = bool(instances) and all(hasattr(i, "execute") for i in instances)
         self._executor = ThreadPoolExecutor(max_workers=len(instances), thread_name_prefix=f"conch-{name}")
         self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
         for instance in instances:
             self._idle.put_nowait(instance)
         self.count = len(instances)
+        self.instances = list(instances)
+        self._out_of_service: list[Any] = []
         # Start on the worker thread, even for a request alone, until executions are measured.
         self._average_ns = float(INLINE_ALONE_BELOW_NS)
         self._inline = False
@@ -52,12 +58,32 @@ class InstancePool:
         """Every execution runs on the event loop now, alone or not (a single, fast instance)."""
         return self._inline
 
-    async def acquire(self) -> ModelInstance:
-        """The next idle instance; waits while every instance is busy."""
-        return await self._idle.get()
+    async def acquire(self) -> Any:
+        """The next idle instance; waits while every instance is busy (or out of service).
 
-    def release(self, instance: ModelInstance) -> None:
-        self._idle.put_nowait(instance)
+        An instance whose ``serving`` is false (a Python model's process that died and is being
+        restarted) is set aside until :meth:`rejoin`, so no request is sent to it meanwhile.
+        """
+        while True:
+            instance = await self._idle.get()
+            if instance is _CLOSED:
+                self._idle.put_nowait(_CLOSED)  # every other waiter must wake too
+                raise UnavailableError("the model's instances have stopped")
+            if getattr(instance, "serving", True):
+                return instance
+            self._out_of_service.append(instance)
+
+    def release(self, instance: Any) -> None:
+        if getattr(instance, "serving", True):
+            self._idle.put_nowait(instance)
+        else:
+            self._out_of_service.append(instance)
+
+    def rejoin(self, instance: Any) -> None:
+        """An instance set aside serves again (its process restarted)."""
+        if instance in self._out_of_service:
+            self._out_of_service.remove(instance)
+            self._idle.put_nowait(instance)
 
     async def run(
         self,
@@ -86,5 +112,10 @@ class InstancePool:
         return outputs, timing
 
     def close(self) -> None:
-        """Stop the worker threads once running executions finish."""
+        """Stop the worker threads once running executions finish, and instances that have a
+        ``shutdown`` (Python models' processes); requests still waiting for an instance get a 503."""
         self._executor.shutdown(wait=True)
+        for instance in self.instances:
+            if hasattr(instance, "shutdown"):
+                instance.shutdown()
+        self._idle.put_nowait(_CLOSED)

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from conch.core.response_stream import ResponseStream
+from conch.core.types import ExecutionTiming
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.instance_pool import InstancePool
 
@@ -54,11 +56,25 @@ class ScheduledRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     queue_ns: int = 0
     in_flight: RequestsInFlight | None = None
+    #: The client's request id (Python models read it with ``request_id()``).
+    id: str = ""
+    #: Where a decoupled model's responses go (None: the model answers once, as ``schedule`` returns).
+    stream: ResponseStream | None = None
 
     @property
     def alone(self) -> bool:
         """No other request is in the server now (checked when the request runs, not when it came)."""
         return self.in_flight is not None and self.in_flight.alone
+
+
+Outcome = dict[str, np.ndarray] | BaseException
+
+
+class RequestListInstance(Protocol):
+    """An instance that takes a batch as its list of requests, each answered on its own (Triton's
+    Python backend: ``execute(requests)``), instead of one set of concatenated inputs."""
+
+    async def execute(self, requests: list[ScheduledRequest]) -> tuple[list[Outcome], ExecutionTiming]: ...
 
 
 class Scheduler(Protocol):
@@ -81,12 +97,19 @@ class DirectScheduler:
         instance = await self._pool.acquire()
         request.queue_ns = time.perf_counter_ns() - waited_from
         try:
-            outputs, timing = await self._pool.run(
-                instance, request.inputs, request.output_names, inline=request.alone
-            )
+            if self._pool.takes_request_lists:
+                outcomes, timing = await instance.execute([request])
+            else:
+                outputs, timing = await self._pool.run(
+                    instance, request.inputs, request.output_names, inline=request.alone
+                )
         finally:
             self._pool.release(instance)
         self._statistics.record_execution(request.rows, 1, timing)
+        if self._pool.takes_request_lists:
+            if isinstance(outcomes[0], BaseException):
+                raise outcomes[0]
+            return outcomes[0]
         return outputs
 
     def close(self) -> None:

@@ -1,0 +1,490 @@
+"""One Python model instance as the server sees it: its process, the requests it runs, its restarts.
+
+``execute`` writes a batch's inputs into a shared memory segment, sends one small message, and
+awaits the reply on the event loop: the socket is watched by the loop itself (``add_reader``), so
+there is no thread hop on the way. The model's process calls back for BLS (another model, through
+the server's normal path) and, when decoupled, sends responses whenever it likes; both arrive on the
+same socket.
+
+When the process dies, the requests it was running fail at once with a 503 that says so, and the
+instance restarts itself with backoff (:mod:`conch.backends.python.restarts`); requests that come
+meanwhile wait for it in the batcher's queue, or go to the model's other instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conch.backends.python import codes
+from conch.backends.python.process import ModelProcess, ProcessSettings
+from conch.backends.python.stub import conch_ipc
+from conch.core.errors import ConchError, InternalError, UnavailableError
+from conch.core.response_stream import ResponseStream
+from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+log = logging.getLogger(__name__)
+
+Inference = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+Outcome = dict[str, np.ndarray] | BaseException
+#: Request parameters the protocol reserves: they steer the server and are not the model's.
+RESERVED_PARAMETERS = frozenset(
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "binary_data_output",
+        "conch-route-key",
+    }
+)
+_LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+_instance_ids = itertools.count(1)
+
+
+@functools.cache
+def _remove_segments_at_exit() -> None:
+    """Once per server: at exit, remove every segment this server's instances and processes left."""
+    atexit.register(conch_ipc.remove_segments, f"conch-{os.getpid()}")
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What every process of one instance is started with."""
+
+    model_name: str
+    version: int
+    instance_name: str
+    model_file: Path
+    settings: ProcessSettings
+
+    @property
+    def label(self) -> str:
+        return f"model '{self.model_name}' instance '{self.instance_name}'"
+
+
+@dataclass
+class _Call:
+    future: asyncio.Future[dict[str, Any]]
+    keys: list[int]
+
+
+class PythonInstance:
+    """One ``instance_group`` instance of a Python model (``RequestListInstance`` for the batcher)."""
+
+    def __init__(self, spec: InstanceSpec, inference: Inference | None = None) -> None:
+        self.spec = spec
+        self.inference = inference
+        self.process: ModelProcess | None = None
+        self.serving = False
+        self.decoupled = False
+        #: What ``initialize`` gets (set once the config is complete).
+        self.args: dict[str, str] = {}
+        #: Called when the process died (its description) and when it serves again (None).
+        self.on_exit: Callable[[PythonInstance, str], None] = lambda instance, why: None
+        self._uid = next(_instance_ids)
+        self._generation = 0
+        self._pool: conch_ipc.SegmentPool | None = None
+        self._segments = conch_ipc.SegmentReader()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox = bytearray()
+        self._outbox = bytearray()
+        self._calls: dict[int, _Call] = {}
+        self._streams: dict[int, ResponseStream] = {}
+        self._senders: dict[int, asyncio.Future[Outcome]] = {}
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.started_at = 0.0
+
+    # -- start-up (blocking, on the loader's thread) ---------------------------------------------
+
+    def launch(self) -> None:
+        """Start the process and import ``model.py``; a model that does not import fails here."""
+        _remove_segments_at_exit()
+        self._generation += 1
+        prefix = f"conch-{os.getpid()}-{self._uid}-{self._generation}"
+        self._pool = conch_ipc.SegmentPool(
+            f"{prefix}-p", self.spec.settings.shm_default_bytes, self.spec.settings.shm_growth_bytes
+        )
+        self._segments = conch_ipc.SegmentReader()
+        process = ModelProcess(self.spec.model_file, prefix, self.spec.settings, self.spec.label)
+        process.on_log = self._log
+        self.process = process
+        reply = process.ask(None)
+        if reply["op"] != "loaded":
+            self.stop()
+            raise UnavailableError(
+                f"{self.spec.label}: {self.spec.model_file.name} failed to load: {reply['message']}"
+            )
+
+    def complete_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config after the model's ``auto_complete_config`` (the same config when it has none)."""
+        reply = self._running().ask({"op": "auto_complete", "config": json.dumps(config)})
+        if reply["op"] != "config":
+            raise UnavailableError(f"{self.spec.label}: auto_complete_config failed: {reply['message']}")
+        completed: dict[str, Any] = reply["config"]
+        return completed
+
+    def initialize(self) -> None:
+        """Run the model's ``initialize(args)``; its error (type and message) is the version's reason."""
+        reply = self._running().ask({"op": "initialize", "args": self.args, "decoupled": self.decoupled})
+        if reply["op"] != "ready":
+            self.stop()
+            raise UnavailableError(f"{self.spec.label}: initialize failed: {reply['message']}")
+        self.serving = True
+        self.started_at = time.monotonic()
+
+    def start(self) -> None:
+        """Launch and initialize (a restart)."""
+        self.launch()
+        self.initialize()
+
+    def stop(self) -> None:
+        """End the process at once, without ``finalize`` (a failed start, a dead process)."""
+        self.serving = False
+        process, self.process = self.process, None
+        if process is not None:
+            self._detach(process)
+            process.kill()
+        if self._pool is not None:
+            self._pool.close()
+
+    def close(self) -> None:
+        """Unload: let the model finalize, then end its process."""
+        self.serving = False
+        process, self.process = self.process, None
+        if process is not None:
+            self._detach(process)
+            process.finalize()
+        if self._pool is not None:
+            self._pool.close()
+
+    def shutdown(self) -> None:
+        """:meth:`close` without holding the caller: the socket leaves the event loop here, and the
+        model's ``finalize`` runs on a thread of its own (it may take seconds)."""
+        self.serving = False
+        process, self.process = self.process, None
+        if process is None:
+            return
+        self._detach(process)
+        self._fail_in_flight(UnavailableError(f"{self.spec.label} is unloading"))
+        pool = self._pool
+
+        def finish() -> None:
+            process.finalize()
+            if pool is not None:
+                pool.close()
+
+        threading.Thread(target=finish, name="conch-python-finalize", daemon=True).start()
+
+    def _running(self) -> ModelProcess:
+        if self.process is None:
+            raise UnavailableError(f"{self.spec.label} has no running process")
+        return self.process
+
+    # -- serving (on the event loop) -------------------------------------------------------------
+
+    async def execute(self, requests: list[Any]) -> tuple[list[Outcome], ExecutionTiming]:
+        """Run one batch: the model's ``execute`` gets these requests as a list."""
+        if not self.serving or self.process is None:
+            raise UnavailableError(f"{self.spec.label} is restarting; retry the request")
+        self._attach()
+        assert self._pool is not None and self._loop is not None
+        keys = [next(self._ids) for _ in requests]
+        tensors = [(name, array) for request in requests for name, array in request.inputs.items()]
+        segment, refs = self._pool.write(tensors)
+        entries, first = [], 0
+        for key, request in zip(keys, requests, strict=True):
+            count = len(request.inputs)
+            entries.append(self._entry(key, request, refs[first : first + count]))
+            first += count
+            if request.stream is not None:
+                self._streams[key] = request.stream
+        call = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._calls[call] = _Call(future, keys)
+        self._send({"op": "execute", "call": call, "segment": segment, "requests": entries})
+        try:
+            reply = await future
+        finally:
+            self._calls.pop(call, None)
+        if reply.get("release"):
+            self._pool.release(reply["release"])
+        timing = ExecutionTiming(*reply["timing"])
+        if reply.get("error"):
+            error = InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
+            for key in keys:
+                self._end_stream(key, error)
+            return [error] * len(requests), timing
+        outcomes: list[Outcome] = []
+        for key, request, entry in zip(keys, requests, reply["responses"], strict=True):
+            outcomes.append(await self._outcome(key, request, entry))
+        return outcomes, timing
+
+    def _entry(self, key: int, request: Any, refs: list[conch_ipc.TensorRef]) -> dict[str, Any]:
+        parameters = request.parameters
+        start, end = bool(parameters.get("sequence_start")), bool(parameters.get("sequence_end"))
+        return {
+            "key": key,
+            "inputs": refs,
+            "outputs": list(request.output_names),
+            "request_id": request.id,
+            "correlation_id": parameters.get("sequence_id", 0),
+            "flags": (1 if start else 0) | (2 if end else 0),
+            "parameters": json.dumps({k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}),
+            "model_name": self.spec.model_name,
+            "model_version": self.spec.version,
+        }
+
+    async def _outcome(self, key: int, request: Any, entry: dict[str, Any] | None) -> Outcome:
+        if entry is None:
+            if self.decoupled:
+                return {}  # the responses go to the request's stream
+            future = self._loop.create_future() if self._loop else None
+            assert future is not None
+            self._senders[key] = future
+            return await future
+        self._streams.pop(key, None)
+        return self._decode(entry, request.output_names)
+
+    def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> Outcome:
+        if entry.get("error"):
+            message, code = entry["error"]
+            return codes.error_of_code(message, code)
+        refs = map(conch_ipc.as_ref, entry.get("outputs", []))
+        outputs = {ref.name: self._segments.copy(ref) for ref in refs}
+        if wanted is None:
+            return outputs
+        missing = [name for name in wanted if name not in outputs]
+        if missing:
+            return InternalError(
+                f"{self.spec.label} returned no output {missing} although the request asked for it; "
+                f"it returned {sorted(outputs)}"
+            )
+        return {name: outputs[name] for name in wanted}
+
+    # -- messages from the process ---------------------------------------------------------------
+
+    def _attach(self) -> None:
+        if self._loop is not None or self.process is None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self.process.sock.setblocking(False)
+        self._loop.add_reader(self.process.sock.fileno(), self._readable)
+
+    def _detach(self, process: ModelProcess) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(process.sock.fileno())
+                self._loop.remove_writer(process.sock.fileno())
+        self._loop = None
+        self._inbox.clear()
+        self._outbox.clear()
+
+    def _readable(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        try:
+            while True:
+                chunk = process.sock.recv(1 << 20)
+                if not chunk:
+                    self._died(process)
+                    return
+                self._inbox += chunk
+                if len(chunk) < 1 << 20:
+                    break
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._died(process)
+            return
+        for message in conch_ipc.split_frames(self._inbox):
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "result":
+            call = self._calls.get(message["call"])
+            if call is not None and not call.future.done():
+                call.future.set_result(message)
+            self._release_theirs(message.get("segment"))
+        elif op == "response":
+            self._on_response(message)
+        elif op == "release":
+            if self._pool is not None:
+                self._pool.release(message["segment"])
+        elif op == "bls":
+            self._spawn(self._bls(message))
+        elif op == "log":
+            self._log(message)
+
+    def _on_response(self, message: dict[str, Any]) -> None:
+        key, final = message["request"], bool(message["flags"] & 1)
+        entry = message["responses"][0]
+        stream = self._streams.get(key)
+        if stream is not None:
+            if entry is not None:
+                stream.put(self._decode(entry, None))
+            if final:
+                self._end_stream(key)
+        else:
+            sender = self._senders.pop(key, None)
+            if sender is not None and not sender.done() and entry is not None:
+                sender.set_result(self._decode(entry, None))
+        self._release_theirs(message.get("segment"))
+
+    def _end_stream(self, key: int, error: BaseException | None = None) -> None:
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            if error is not None:
+                stream.put(error)
+            stream.finish()
+
+    def _release_theirs(self, segment: str | None) -> None:
+        if segment:
+            self._send({"op": "release", "segment": segment})
+
+    def _log(self, message: dict[str, Any]) -> None:
+        log.log(
+            _LOG_LEVELS.get(message["level"], logging.INFO), "%s: %s", self.spec.label, message["message"]
+        )
+
+    def _send(self, message: dict[str, Any]) -> None:
+        process = self.process
+        if process is None:
+            return
+        frame = conch_ipc.encode_frame(message)
+        if self._outbox:
+            self._outbox += frame
+            return
+        try:
+            sent = process.sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the reader sees the death and fails what is in flight
+        if sent < len(frame):
+            self._outbox += frame[sent:]
+            assert self._loop is not None
+            self._loop.add_writer(process.sock.fileno(), self._flush)
+
+    def _flush(self) -> None:
+        process = self.process
+        if process is None or self._loop is None:
+            return
+        try:
+            sent = process.sock.send(self._outbox)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._loop.remove_writer(process.sock.fileno())
+            return
+        del self._outbox[:sent]
+        if not self._outbox:
+            self._loop.remove_writer(process.sock.fileno())
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+
+    # -- death -----------------------------------------------------------------------------------
+
+    def _died(self, process: ModelProcess) -> None:
+        why = process.exit_description()
+        error = UnavailableError(
+            f"{self.spec.label}: its Python process {why} while running this request; conch restarts "
+            "it, retry the request"
+        )
+        log.error("%s: its Python process (pid %d) %s", self.spec.label, process.pid, why)
+        self.stop()
+        self._fail_in_flight(error)
+        self.on_exit(self, why)
+
+    def _fail_in_flight(self, error: ConchError) -> None:
+        for call in list(self._calls.values()):
+            if not call.future.done():
+                call.future.set_exception(error)
+        self._calls.clear()
+        for key in list(self._streams):
+            self._end_stream(key, error)
+        for future in self._senders.values():
+            if not future.done():
+                future.set_result(error)
+        self._senders.clear()
+
+    # -- BLS -------------------------------------------------------------------------------------
+
+    async def _bls(self, message: dict[str, Any]) -> None:
+        """A call from the model to a model of the server, answered whatever happens."""
+        reply: dict[str, Any] = {"op": "bls_response", "bls": message["bls"], "final": True}
+        try:
+            request = self._bls_request(message)
+            response = await self._bls_answer(request, message.get("timeout_us") or 0)
+            reply["response"], reply["segment"] = self._encode_response(response)
+        except ConchError as exc:
+            reply["response"] = {"error": (exc.message, codes.code_of_error(exc))}
+        except Exception as exc:  # the model must get an answer, never hang
+            log.exception("%s: a BLS call failed", self.spec.label)
+            reply["response"] = {"error": (f"BLS call failed: {type(exc).__name__}", codes.INTERNAL)}
+        finally:
+            self._release_theirs(message.get("segment"))
+        if message.get("decoupled"):
+            self._send({**reply, "final": False})
+            reply = {"op": "bls_response", "bls": message["bls"], "final": True, "response": None}
+        self._send(reply)
+
+    def _bls_request(self, message: dict[str, Any]) -> InferenceRequest:
+        version = int(message.get("model_version", -1))
+        parameters = json.loads(message.get("parameters") or "{}")
+        if message.get("correlation_id"):
+            parameters["sequence_id"] = message["correlation_id"]
+        if message.get("flags", 0) & 1:
+            parameters["sequence_start"] = True
+        if message.get("flags", 0) & 2:
+            parameters["sequence_end"] = True
+        return InferenceRequest(
+            model_name=message["model_name"],
+            model_version="" if version < 0 else str(version),
+            id=message.get("request_id", ""),
+            inputs=[
+                Tensor(ref.name, ref.datatype, self._segments.view(ref))
+                for ref in map(conch_ipc.as_ref, message["inputs"])
+            ],
+            outputs=[RequestedOutput(name) for name in message["outputs"]],
+            parameters=parameters,
+        )
+
+    async def _bls_answer(self, request: InferenceRequest, timeout_us: int) -> InferenceResponse:
+        if self.inference is None:
+            raise UnavailableError("BLS is not available in this server")
+        call = self.inference(request)
+        if timeout_us <= 0:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout_us / 1e6)
+        except TimeoutError:
+            raise UnavailableError(
+                f"BLS request to model '{request.model_name}' timed out after {timeout_us} us"
+            ) from None
+
+    def _encode_response(self, response: InferenceResponse) -> tuple[dict[str, Any], str | None]:
+        assert self._pool is not None
+        segment, refs = self._pool.write([(t.name, t.data) for t in response.outputs])
+        return {"outputs": refs, "parameters": json.dumps(response.parameters or {})}, segment

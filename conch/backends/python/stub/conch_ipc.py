@@ -1,0 +1,335 @@
+"""How the server and a Python model's process talk: small framed messages over a socket, tensors in
+shared memory.
+
+Why this shape: a message says *which* tensors (name, datatype, shape, where they lie); the bytes
+themselves lie in POSIX shared memory segments (files in ``/dev/shm``) that both processes map, so a
+tensor crosses the process boundary as one ``memcpy`` and is never pickled.
+
+Each side writes into segments it owns (:class:`SegmentPool`) and the other side reads them
+(:class:`SegmentReader`). A message that carries tensors names its segment; the reader copies what it
+keeps and sends the segment back (``release``), and the owner reuses it. A segment is sized as
+Triton's ``shm-default-byte-size`` and grows by ``shm-growth-byte-size`` steps for bigger messages.
+Segment names start with a prefix the server chooses per instance, so when a model process dies the
+server removes everything it left behind by that prefix.
+
+This module runs in the server *and* in the model's process, which may be another Python environment
+(``EXECUTION_ENV_PATH``): it imports only the standard library and numpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import pickle
+import socket
+import struct
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp"))
+DEFAULT_SEGMENT_BYTES = 1 << 20
+GROWTH_BYTES = 1 << 20
+#: Free segments a pool keeps for reuse; more than this are removed.
+KEPT_FREE = 4
+_LENGTH = struct.Struct("<I")
+_ALIGN = 64
+
+NUMPY_OF = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+_DATATYPE_OF: dict[np.dtype, str] = {np.dtype(v): k for k, v in NUMPY_OF.items() if k != "BYTES"}
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The V2 datatype of a numpy array; strings and bytes are BYTES."""
+    if array.dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _DATATYPE_OF[array.dtype.newbyteorder("=")]
+    except KeyError:
+        raise TypeError(f"numpy dtype {array.dtype} has no V2 datatype") from None
+
+
+class TensorRef(NamedTuple):
+    """Where one tensor lies: ``nbytes`` bytes at ``offset`` of segment ``segment``.
+
+    It travels as a plain tuple: this module is ``conch.backends.python.stub.conch_ipc`` in the
+    server and ``conch_ipc`` in the model's process, so a class would not unpickle on the other side.
+    Readers turn it back with :func:`as_ref`.
+    """
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    segment: str
+    offset: int
+    nbytes: int
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))
+
+
+def as_ref(value: Any) -> TensorRef:
+    """A reference received as a tuple, as a :class:`TensorRef` again."""
+    return value if isinstance(value, TensorRef) else TensorRef(*value)
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+class Channel:
+    """Length-prefixed pickled messages over a connected socket; ``send`` may be called from any
+    thread. Only small dictionaries travel here: tensors go through segments."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._send_lock:
+            self.sock.sendall(_LENGTH.pack(len(payload)) + payload)
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message, or None when the other side closed the connection."""
+        header = self._exactly(_LENGTH.size)
+        if header is None:
+            return None
+        body = self._exactly(_LENGTH.unpack(header)[0])
+        return None if body is None else pickle.loads(body)
+
+    def _exactly(self, count: int) -> bytes | None:
+        chunks = []
+        while count:
+            chunk = self.sock.recv(min(count, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    """One message as it travels (for writers that send without :class:`Channel`)."""
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def split_frames(buffer: bytearray) -> list[dict[str, Any]]:
+    """The complete messages at the start of ``buffer``, removed from it; a partial one stays."""
+    messages = []
+    start = 0
+    while len(buffer) - start >= _LENGTH.size:
+        (length,) = _LENGTH.unpack_from(buffer, start)
+        end = start + _LENGTH.size + length
+        if end > len(buffer):
+            break
+        messages.append(pickle.loads(bytes(buffer[start + _LENGTH.size : end])))
+        start = end
+    del buffer[:start]
+    return messages
+
+
+# -- segments ---------------------------------------------------------------------------------------
+
+
+class Segment:
+    """One shared memory segment, mapped: a file in :data:`SHM_DIR`."""
+
+    def __init__(self, name: str, size: int, create: bool) -> None:
+        self.name = name
+        self.size = size
+        path = SHM_DIR / name
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            else:
+                self.size = os.fstat(fd).st_size
+            self.map = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+
+    def unlink(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (SHM_DIR / self.name).unlink()
+
+
+def segment_size(needed: int, default: int, growth: int) -> int:
+    """Triton's sizing: the default size, grown by whole growth steps until ``needed`` fits."""
+    if needed <= default:
+        return default
+    steps = -(-(needed - default) // max(growth, 1))
+    return default + steps * max(growth, 1)
+
+
+class SegmentPool:
+    """The segments one side writes into. ``write`` takes a free segment big enough (or makes one),
+    fills it with tensors and returns their references; ``release`` gives a segment back once the
+    reader has what it needs."""
+
+    def __init__(self, prefix: str, default: int = DEFAULT_SEGMENT_BYTES, growth: int = GROWTH_BYTES) -> None:
+        self.prefix = prefix
+        self.default = default
+        self.growth = growth
+        self._free: list[Segment] = []
+        self._used: dict[str, Segment] = {}
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def write(self, tensors: list[tuple[str, np.ndarray]]) -> tuple[str | None, list[TensorRef]]:
+        """Copy ``tensors`` into one segment; (segment name, references). No tensors: (None, [])."""
+        if not tensors:
+            return None, []
+        encoded = [(name, array, _as_bytes_payload(array)) for name, array in tensors]
+        sizes = [len(raw) if raw is not None else array.nbytes for _, array, raw in encoded]
+        needed = sum(_aligned(size) for size in sizes) or 1
+        segment = self._take(needed)
+        refs = []
+        offset = 0
+        for (name, array, raw), size in zip(encoded, sizes, strict=True):
+            if raw is not None:
+                segment.map[offset : offset + size] = raw
+                datatype = "BYTES"
+            else:
+                datatype = datatype_of(array)
+                target = np.frombuffer(segment.map, dtype=array.dtype, count=array.size, offset=offset)
+                target[...] = array.reshape(-1)
+            refs.append(
+                TensorRef(name, datatype, tuple(int(d) for d in array.shape), segment.name, offset, size)
+            )
+            offset += _aligned(size)
+        return segment.name, refs
+
+    def release(self, name: str) -> None:
+        with self._lock:
+            segment = self._used.pop(name, None)
+            if segment is None:
+                return
+            self._free.append(segment)
+            if len(self._free) > KEPT_FREE:
+                self._free.sort(key=lambda s: s.size)
+                dropped = self._free.pop(0)
+                dropped.unlink()
+                dropped.map.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in [*self._free, *self._used.values()]:
+                segment.unlink()
+            self._free.clear()
+            self._used.clear()
+
+    def _take(self, needed: int) -> Segment:
+        with self._lock:
+            for index, segment in enumerate(self._free):
+                if segment.size >= needed:
+                    self._free.pop(index)
+                    self._used[segment.name] = segment
+                    return segment
+            self._count += 1
+            name = f"{self.prefix}-{self._count}"
+            segment = Segment(name, segment_size(needed, self.default, self.growth), create=True)
+            self._used[name] = segment
+            return segment
+
+
+class SegmentReader:
+    """The other side's segments, mapped on first use and kept while they exist."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, Segment] = {}
+        self._lock = threading.Lock()
+
+    def view(self, ref: TensorRef) -> np.ndarray:
+        """The tensor as a numpy array over the segment (no copy; BYTES are decoded into objects)."""
+        ref = as_ref(ref)
+        segment = self._segment(ref.segment)
+        if ref.datatype == "BYTES":
+            return deserialize_bytes(bytes(segment.map[ref.offset : ref.offset + ref.nbytes]), ref.shape)
+        dtype = np.dtype(NUMPY_OF[ref.datatype])
+        count = int(np.prod(ref.shape, dtype=np.int64)) if ref.shape else 1
+        return np.frombuffer(segment.map, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+
+    def copy(self, ref: TensorRef) -> np.ndarray:
+        """The tensor in memory of its own, safe to keep after the segment is released."""
+        array = self.view(ref)
+        return array if array.dtype == object else array.copy()
+
+    def forget(self, prefix: str) -> None:
+        """Drop the mappings of segments starting with ``prefix`` (their owner is gone)."""
+        with self._lock:
+            for name in [n for n in self._maps if n.startswith(prefix)]:
+                del self._maps[name]
+
+    def _segment(self, name: str) -> Segment:
+        with self._lock:
+            segment = self._maps.get(name)
+            if segment is None:
+                if "/" in name or name.startswith("."):
+                    raise ValueError("bad segment name")
+                segment = Segment(name, 0, create=False)
+                self._maps[name] = segment
+            return segment
+
+
+def remove_segments(prefix: str) -> None:
+    """Remove every segment whose name starts with ``prefix`` (what a dead process left behind)."""
+    for path in SHM_DIR.glob(f"{prefix}-*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+# -- BYTES ------------------------------------------------------------------------------------------
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Triton's BYTES layout: each element as a 4-byte little-endian length and its bytes, row-major."""
+    parts = []
+    for item in array.reshape(-1).tolist():
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, (bytes, bytearray)):
+            item = str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(item)))
+        parts.append(bytes(item))
+    return b"".join(parts)
+
+
+def deserialize_bytes(raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """The inverse of :func:`serialize_bytes`: an object array of ``bytes`` in ``shape``."""
+    items = []
+    offset = 0
+    while offset < len(raw):
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += _LENGTH.size
+        items.append(raw[offset : offset + length])
+        offset += length
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def _as_bytes_payload(array: np.ndarray) -> bytes | None:
+    return serialize_bytes(array) if array.dtype.kind in ("O", "S", "U") else None
+
+
+def _aligned(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN

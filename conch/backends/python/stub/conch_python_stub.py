@@ -1,0 +1,362 @@
+"""The program a Python model's process runs: it loads ``model.py`` and answers the server.
+
+The server starts one per model instance (``python conch_python_stub.py --fd N ...``) with the
+environment's interpreter (the server's own, or ``EXECUTION_ENV_PATH``'s), so this folder is the
+first entry of ``sys.path`` and ``import triton_python_backend_utils`` finds conch's implementation.
+
+Two threads: the reader takes every message from the server and hands work (auto-complete,
+initialize, execute, finalize) to the main thread, which runs the model; BLS answers, cancellations
+and segment releases are handled by the reader at once, so a model waiting on BLS never blocks them.
+``async def`` executes and ``async_exec`` run on an event loop of their own thread, as in Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import inspect
+import itertools
+import os
+import queue
+import re
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import conch_ipc
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+# Paths in an exception's message stay in the model's process; the client gets "<path>".
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-~]+){2,}")
+
+
+def scrub(text: str) -> str:
+    return _PATH.sub("<path>", text)
+
+
+def describe(exc: BaseException) -> str:
+    return scrub(f"{type(exc).__name__}: {exc}")
+
+
+class Runtime:
+    """What ``pb_utils`` talks to: the channel to the server and the segments of both sides."""
+
+    def __init__(self, channel: conch_ipc.Channel, pool: conch_ipc.SegmentPool, model_dir: Path) -> None:
+        self.channel = channel
+        self.pool = pool
+        self.segments = conch_ipc.SegmentReader()
+        self.model_dir = model_dir
+        self._bls: dict[int, pb_utils.BlsCall] = {}
+        self._bls_ids = itertools.count(1)
+        self._cancelled: set[int] = set()
+        self._senders: set[int] = set()
+        self.lock = threading.Lock()
+
+    # Called from pb_utils ----------------------------------------------------------------------
+
+    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> pb_utils.BlsCall:
+        call = pb_utils.BlsCall(decoupled)
+        tensors = [(t.name(), _array_of(t)) for t in request.inputs()]
+        segment, refs = self.pool.write(tensors)
+        with self.lock:
+            bls_id = next(self._bls_ids)
+            self._bls[bls_id] = call
+        self.channel.send(
+            {
+                "op": "bls",
+                "bls": bls_id,
+                "segment": segment,
+                "model_name": request.model_name,
+                "model_version": request.model_version,
+                "inputs": refs,
+                "outputs": request.requested_output_names(),
+                "parameters": request.parameters(),
+                "request_id": request.request_id(),
+                "correlation_id": request.correlation_id(),
+                "flags": request.flags(),
+                "timeout_us": request.timeout(),
+                "decoupled": decoupled,
+            }
+        )
+        return call
+
+    def send_response(self, key: int, response: pb_utils.InferenceResponse | None, flags: int) -> None:
+        message: dict[str, Any] = {"op": "response", "request": key, "flags": flags}
+        message.update(self.encode_responses([response]))
+        self.channel.send(message)
+
+    def sender_used(self, key: int) -> None:
+        with self.lock:
+            self._senders.add(key)
+
+    def takes_sender(self, key: int) -> bool:
+        with self.lock:
+            return key in self._senders
+
+    def is_cancelled(self, key: int) -> bool:
+        return key in self._cancelled
+
+    def log(self, message: str, level: int) -> None:
+        self.channel.send({"op": "log", "level": level, "message": message})
+
+    # Called by the reader ----------------------------------------------------------------------
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        """A BLS answer: one response, or (decoupled) one of several, the last marked ``final``."""
+        final = message.get("final", True)
+        with self.lock:
+            call = self._bls.pop(message["bls"], None) if final else self._bls.get(message["bls"])
+        entry = message.get("response")
+        response = self.decode_response(entry) if entry is not None else None
+        if message.get("segment"):
+            self.channel.send({"op": "release", "segment": message["segment"]})
+        if call is None:
+            return
+        if response is not None:
+            call.responses.put(response)
+        if final and call.decoupled:
+            call.responses.put(None)
+
+    def cancel(self, key: int) -> None:
+        self._cancelled.add(key)
+
+    # Encoding ----------------------------------------------------------------------------------
+
+    def encode_responses(self, responses: list[pb_utils.InferenceResponse | None]) -> dict[str, Any]:
+        """One segment for every output of ``responses``; errors and tensor references per response."""
+        tensors: list[tuple[str, np.ndarray]] = []
+        shapes: list[Any] = []
+        for response in responses:
+            if response is None:
+                shapes.append(None)
+                continue
+            if not isinstance(response, pb_utils.InferenceResponse):
+                raise TypeError(
+                    f"execute returned {type(response).__name__} where an InferenceResponse belongs"
+                )
+            error = response.error()
+            if error is not None:
+                shapes.append({"error": (scrub(error.message()), error.code())})
+                continue
+            outputs = [(t.name(), _array_of(t)) for t in response.output_tensors()]
+            shapes.append({"first": len(tensors), "count": len(outputs), "parameters": response.parameters()})
+            tensors += outputs
+        segment, refs = self.pool.write(tensors)
+        encoded = []
+        for shape in shapes:
+            if shape is None or "error" in shape:
+                encoded.append(shape)
+            else:
+                first = shape["first"]
+                encoded.append(
+                    {"outputs": refs[first : first + shape["count"]], "parameters": shape["parameters"]}
+                )
+        return {"segment": segment, "responses": encoded}
+
+    def decode_response(self, entry: dict[str, Any]) -> pb_utils.InferenceResponse:
+        if entry.get("error"):
+            message, code = entry["error"]
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+        refs = map(conch_ipc.as_ref, entry.get("outputs", []))
+        outputs = [pb_utils.Tensor(ref.name, self.segments.copy(ref)) for ref in refs]
+        return pb_utils.InferenceResponse(output_tensors=outputs, parameters=entry.get("parameters"))
+
+
+def _array_of(tensor: Any) -> np.ndarray:
+    if not isinstance(tensor, pb_utils.Tensor):
+        raise TypeError(f"expected pb_utils.Tensor, got {type(tensor).__name__}")
+    return tensor.as_numpy()
+
+
+class Stub:
+    """The model, and the work the server asks of it."""
+
+    def __init__(self, runtime: Runtime, model_file: Path) -> None:
+        self.runtime = runtime
+        self.model_file = model_file
+        self.decoupled = False  # from the completed config, in the initialize message
+        self.work: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.model_class: Any = None
+        self.model: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def load_module(self) -> None:
+        sys.path.insert(0, str(self.model_file.parent))
+        spec = importlib.util.spec_from_file_location("model", self.model_file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model"] = module
+        spec.loader.exec_module(module)
+        if not hasattr(module, "TritonPythonModel"):
+            raise AttributeError(f"{self.model_file.name} defines no class TritonPythonModel")
+        self.model_class = module.TritonPythonModel
+
+    def read_forever(self) -> None:
+        """The reader thread: replies and releases at once, the rest to the main thread."""
+        channel = self.runtime.channel
+        while True:
+            try:
+                message = channel.receive()
+            except OSError:
+                message = None
+            if message is None:
+                os._exit(0)  # the server is gone
+            op = message["op"]
+            if op == "release":
+                self.runtime.pool.release(message["segment"])
+            elif op == "bls_response":
+                self.runtime.deliver(message)
+            elif op == "cancel":
+                self.runtime.cancel(message["request"])
+            else:
+                self.work.put(message)
+
+    def serve(self) -> None:
+        handlers = {
+            "auto_complete": self.auto_complete,
+            "initialize": self.initialize,
+            "execute": self.execute,
+            "finalize": self.finalize,
+        }
+        while True:
+            message = self.work.get()
+            assert message is not None
+            handlers[message["op"]](message)
+            if message["op"] == "finalize":
+                return
+
+    def auto_complete(self, message: dict[str, Any]) -> None:
+        config = pb_utils.ModelConfig(message["config"])
+        try:
+            completer = getattr(self.model_class, "auto_complete_config", None)
+            if completer is not None:
+                config = completer(config)
+                if not isinstance(config, pb_utils.ModelConfig):
+                    raise TypeError("auto_complete_config must return its pb_utils.ModelConfig argument")
+            self.runtime.channel.send({"op": "config", "config": config.as_dict()})
+        except Exception as exc:
+            self.runtime.channel.send({"op": "failed", "message": describe(exc)})
+
+    def initialize(self, message: dict[str, Any]) -> None:
+        self.decoupled = bool(message.get("decoupled"))
+        try:
+            self.model = self.model_class()
+            if hasattr(self.model, "initialize"):
+                result = self.model.initialize(message["args"])
+                if inspect.iscoroutine(result):
+                    self.run_coroutine(result)
+            self.runtime.channel.send({"op": "ready"})
+        except Exception as exc:
+            self.runtime.channel.send({"op": "failed", "message": describe(exc)})
+
+    def execute(self, message: dict[str, Any]) -> None:
+        started = time.perf_counter_ns()
+        segments = self.runtime.segments
+        keep = self.decoupled  # a decoupled model may read its inputs after execute returns
+        requests = []
+        for entry in message["requests"]:
+            inputs = [
+                pb_utils.Tensor(ref.name, segments.copy(ref) if keep else segments.view(ref))
+                for ref in map(conch_ipc.as_ref, entry["inputs"])
+            ]
+            request = pb_utils.InferenceRequest(
+                request_id=entry["request_id"],
+                correlation_id=entry["correlation_id"],
+                inputs=inputs,
+                requested_output_names=entry["outputs"],
+                model_name=entry["model_name"],
+                model_version=entry["model_version"],
+                flags=entry["flags"],
+                parameters=entry["parameters"],
+            )
+            request._key = entry["key"]
+            requests.append(request)
+        if keep and message.get("segment"):
+            self.runtime.channel.send({"op": "release", "segment": message["segment"]})
+        ran = time.perf_counter_ns()
+        reply: dict[str, Any] = {"op": "result", "call": message["call"]}
+        try:
+            returned = self.model.execute(requests)
+            if inspect.iscoroutine(returned):
+                returned = self.run_coroutine(returned)
+            done = time.perf_counter_ns()
+            reply.update(self.check_returned(returned, requests))
+        except Exception as exc:
+            done = time.perf_counter_ns()
+            reply["error"] = describe(exc)
+        del requests
+        if not keep:
+            reply["release"] = message.get("segment")
+        reply["timing"] = (ran - started, done - ran, time.perf_counter_ns() - done)
+        self.runtime.channel.send(reply)
+
+    def check_returned(self, returned: Any, requests: list[pb_utils.InferenceRequest]) -> dict[str, Any]:
+        if self.decoupled:
+            if returned is not None:
+                raise TypeError(
+                    "a decoupled model's execute must return None and answer through response senders"
+                )
+            return {"responses": [None] * len(requests)}
+        if returned is None:
+            if all(self.runtime.takes_sender(r._key) for r in requests):
+                return {"responses": [None] * len(requests)}
+            raise TypeError("execute returned None: return a list with one InferenceResponse per request")
+        if not isinstance(returned, (list, tuple)):
+            raise TypeError(f"execute returned {type(returned).__name__}: return a list of InferenceResponse")
+        if len(returned) != len(requests):
+            raise ValueError(
+                f"execute got {len(requests)} request(s) and returned {len(returned)} response(s); "
+                "return one InferenceResponse per request"
+            )
+        return self.runtime.encode_responses(list(returned))
+
+    def finalize(self, message: dict[str, Any]) -> None:
+        try:
+            if self.model is not None and hasattr(self.model, "finalize"):
+                result = self.model.finalize()
+                if inspect.iscoroutine(result):
+                    self.run_coroutine(result)
+        except Exception as exc:
+            self.runtime.log(f"finalize failed: {describe(exc)}", pb_utils.LogLevel.ERROR)
+        self.runtime.channel.send({"op": "finalized"})
+
+    def run_coroutine(self, coroutine: Any) -> Any:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, daemon=True, name="conch-model-loop").start()
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--model-file", type=Path, required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--shm-default-bytes", type=int, default=conch_ipc.DEFAULT_SEGMENT_BYTES)
+    parser.add_argument("--shm-growth-bytes", type=int, default=conch_ipc.GROWTH_BYTES)
+    args = parser.parse_args()
+    channel = conch_ipc.Channel(socket.socket(fileno=args.fd))
+    pool = conch_ipc.SegmentPool(f"{args.prefix}-c", args.shm_default_bytes, args.shm_growth_bytes)
+    runtime = Runtime(channel, pool, args.model_file.parent)
+    pb_utils._runtime = runtime
+    stub = Stub(runtime, args.model_file)
+    try:
+        stub.load_module()
+    except BaseException as exc:  # a model.py that does not import is the model's failure, not ours
+        channel.send({"op": "failed", "message": describe(exc)})
+        return
+    channel.send({"op": "loaded"})
+    threading.Thread(target=stub.read_forever, daemon=True, name="conch-reader").start()
+    try:
+        stub.serve()
+    finally:
+        pool.close()
+
+
+if __name__ == "__main__":
+    main()

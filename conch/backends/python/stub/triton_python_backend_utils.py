@@ -1,0 +1,537 @@
+"""``triton_python_backend_utils`` as conch provides it inside a Python model's process.
+
+Triton Python-backend models import this module as ``pb_utils`` and use its classes to read requests,
+build responses, call other models (BLS) and log. The API here follows Triton's python_backend: the
+same names, arguments and behaviour for what conch supports; ``docs/python-backend.md`` lists what is
+supported and what is not. It is conch's own implementation; tensors reach it through
+:mod:`conch_ipc`'s shared memory segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_GPU = 1
+
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+# Triton's TRITONSERVER_DataType numbers, which numpy_to_triton_type and triton_dtype() return.
+_TRITON_TYPE_NUMBERS = {
+    "BOOL": 1,
+    "UINT8": 2,
+    "UINT16": 3,
+    "UINT32": 4,
+    "UINT64": 5,
+    "INT8": 6,
+    "INT16": 7,
+    "INT32": 8,
+    "INT64": 9,
+    "FP16": 10,
+    "FP32": 11,
+    "FP64": 12,
+    "BYTES": 13,
+}
+_NUMPY_OF_NUMBER = {
+    number: TRITON_STRING_TO_NUMPY["TYPE_STRING" if name == "BYTES" else f"TYPE_{name}"]
+    for name, number in _TRITON_TYPE_NUMBERS.items()
+}
+
+#: Set by the stub when the process starts: what BLS, response senders and the logger talk to.
+_runtime: Any = None
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+class TritonError(Exception):
+    """An error a model returns in a response (or raises); ``code`` is one of the class constants."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        super().__init__(message)
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+
+class TritonModelException(Exception):
+    """Raised by this module's calls that fail (and by models, to fail a whole ``execute``)."""
+
+
+# -- tensors ----------------------------------------------------------------------------------------
+
+
+class Tensor:
+    """A named tensor on the CPU. ``Tensor(name, numpy_array)``, or ``Tensor.from_dlpack(name, x)``."""
+
+    def __init__(self, name: str, data: np.ndarray) -> None:
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException(f"tensor '{name}' must be created from a numpy array")
+        if data.dtype.kind in ("U", "S"):
+            data = data.astype(object)
+        self._name = name
+        self._data = data
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._data
+
+    def shape(self) -> list[int]:
+        return list(self._data.shape)
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._data.dtype)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule over the data (torch's when torch is installed, else numpy's)."""
+        try:
+            import torch.utils.dlpack
+
+            return torch.utils.dlpack.to_dlpack(torch.from_numpy(self._numeric("to_dlpack")))
+        except ImportError:
+            return self._numeric("to_dlpack").__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self._numeric("__dlpack__").__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: Any) -> Tensor:
+        """A tensor from a DLPack capsule or any object with ``__dlpack__`` (a GPU tensor is copied to
+        the CPU: conch passes tensors between processes in CPU shared memory)."""
+        try:
+            import torch.utils.dlpack
+
+            found = torch.utils.dlpack.from_dlpack(capsule)
+            return Tensor(name, found.detach().cpu().numpy())
+        except ImportError:
+            if hasattr(capsule, "__dlpack__"):
+                return Tensor(name, np.from_dlpack(capsule))
+            raise TritonModelException(
+                "from_dlpack on a raw capsule needs torch in the model's environment"
+            ) from None
+
+    def _numeric(self, what: str) -> np.ndarray:
+        if self._data.dtype == object:
+            raise TritonModelException(f"{what} is not supported for BYTES tensors")
+        return np.ascontiguousarray(self._data)
+
+
+# -- requests and responses -------------------------------------------------------------------------
+
+
+class InferenceResponse:
+    """The answer to one request: output tensors, or an error."""
+
+    def __init__(
+        self,
+        output_tensors: list[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        self._outputs = list(output_tensors or [])
+        self._error = error
+        self._parameters = _parameters_json(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters
+
+
+class InferenceResponseSender:
+    """Sends a request's responses (decoupled models: 0..n, then ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``)."""
+
+    def __init__(self, request_key: int) -> None:
+        self._key = request_key
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                raise TritonModelException("send() needs a response unless the flags say it is the final one")
+            if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+        _runtime.send_response(self._key, response, flags)
+
+    def is_cancelled(self) -> bool:
+        return _runtime.is_cancelled(self._key)
+
+
+class InferenceRequest:
+    """A request this model received, or one it builds to call another model (BLS)."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: list[Tensor] | None = None,
+        requested_output_names: list[str] | None = None,
+        model_name: str = "",
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        if inputs is None or requested_output_names is None:
+            raise TritonModelException("InferenceRequest needs inputs and requested_output_names")
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._outputs = list(requested_output_names)
+        self.model_name = model_name
+        self.model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = _parameters_json(parameters)
+        self._trace = trace
+        self._key: int | None = None  # set for requests the server sent to this model
+        self._sender: InferenceResponseSender | None = None
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> list[str]:
+        return self._outputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object string, as Triton gives them."""
+        return self._parameters
+
+    def trace(self) -> Any:
+        return self._trace
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException("conch does not support rescheduling requests")
+
+    def is_cancelled(self) -> bool:
+        return self._key is not None and _runtime.is_cancelled(self._key)
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._key is None:
+            raise TritonModelException("only a request this model received has a response sender")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._key)
+            _runtime.sender_used(self._key)
+        return self._sender
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
+        """Run this request on ``model_name`` in the server and wait (BLS). Errors come back as the
+        response's error; ``decoupled=True`` returns an iterator over a decoupled model's responses."""
+        call = _runtime.bls(self, decoupled)
+        if decoupled:
+            return _ResponseIterator(call)
+        return call.get()
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
+        """:meth:`exec` without blocking the event loop of an ``async def execute``."""
+        loop = asyncio.get_running_loop()
+        call = _runtime.bls(self, decoupled)
+        if decoupled:
+            return _ResponseIterator(call)
+        return await loop.run_in_executor(None, call.get)
+
+
+class _ResponseIterator:
+    """The responses of a decoupled BLS call, as they arrive; ends after the final one."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __iter__(self) -> _ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        response = self._call.next()
+        if response is None:
+            raise StopIteration
+        return response
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class BlsCall:
+    """One BLS call in flight: its responses arrive on a queue (None after the last)."""
+
+    def __init__(self, decoupled: bool = False) -> None:
+        self.decoupled = decoupled
+        self.responses: queue.Queue[InferenceResponse | None] = queue.Queue()
+
+    def get(self) -> InferenceResponse:
+        response = self.responses.get()
+        assert response is not None
+        return response
+
+    def next(self) -> InferenceResponse | None:
+        return self.responses.get()
+
+    def cancel(self) -> None:
+        """conch does not cancel a BLS call in flight; its responses are dropped as they arrive."""
+
+
+# -- logging ----------------------------------------------------------------------------------------
+
+
+class LogLevel:
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+class Logger:
+    """Messages for the server's log, tagged with the model's name."""
+
+    @staticmethod
+    def log(message: str, level: int = LogLevel.INFO) -> None:
+        if _runtime is not None:
+            _runtime.log(str(message), level)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, LogLevel.VERBOSE)
+
+
+def get_model_dir() -> str:
+    """The model's version folder, where ``model.py`` lies."""
+    return str(_runtime.model_dir) if _runtime is not None else ""
+
+
+# -- lookups ----------------------------------------------------------------------------------------
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((e for e in model_config.get("input", []) if e.get("name") == name), None)
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((e for e in model_config.get("output", []) if e.get("name") == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    return _NUMPY_OF_NUMBER.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int:
+    dtype = np.dtype(data_type)
+    if dtype.kind in ("O", "S", "U"):
+        return _TRITON_TYPE_NUMBERS["BYTES"]
+    for name, number in _TRITON_TYPE_NUMBERS.items():
+        if name != "BYTES" and np.dtype(_NUMPY_OF_NUMBER[number]) == dtype:
+            return number
+    raise TritonModelException(f"numpy dtype {dtype} has no Triton datatype")
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
+    """BYTES elements in Triton's wire layout (4-byte little-endian length, then the bytes), as uint8."""
+    import conch_ipc
+
+    return np.frombuffer(conch_ipc.serialize_bytes(np.asarray(input_tensor)), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes | np.ndarray) -> np.ndarray:
+    """The inverse of :func:`serialize_byte_tensor`: a flat object array of ``bytes``."""
+    import conch_ipc
+
+    raw = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else bytes(encoded_tensor)
+    flat = conch_ipc.deserialize_bytes(raw, (-1,))
+    return flat
+
+
+# -- auto-complete ----------------------------------------------------------------------------------
+
+
+class ModelConfig:
+    """The model's config (Triton's JSON form) as ``auto_complete_config`` may change it: the batch
+    size, the dynamic batcher, inputs, outputs and the transaction policy."""
+
+    def __init__(self, model_config: str | dict[str, Any]) -> None:
+        self._model_config = json.loads(model_config) if isinstance(model_config, str) else model_config
+        self._model_config.setdefault("input", [])
+        self._model_config.setdefault("output", [])
+        self._model_config.setdefault("max_batch_size", 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._model_config
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        configured = int(self._model_config.get("max_batch_size", 0))
+        if configured > max_batch_size:
+            raise ValueError(
+                f"the config of model '{self._name}' sets max_batch_size {configured}, but its "
+                f"auto_complete_config asks for {max_batch_size}"
+            )
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self) -> None:
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if self._model_config.get(other):
+                raise ValueError(
+                    f"the config of model '{self._name}' uses {other}; its auto_complete_config cannot "
+                    "switch it to dynamic_batching"
+                )
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def add_input(self, input: dict[str, Any]) -> None:
+        self._add("input", input, ("name", "data_type", "dims", "optional"))
+
+    def add_output(self, output: dict[str, Any]) -> None:
+        self._add("output", output, ("name", "data_type", "dims"))
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
+        unknown = set(transaction_policy_dict) - {"decoupled"}
+        if unknown:
+            raise ValueError(f"model_transaction_policy has no field(s) {sorted(unknown)}")
+        current = self._model_config.get("model_transaction_policy", {})
+        wanted = bool(transaction_policy_dict.get("decoupled", False))
+        if "decoupled" in current and bool(current["decoupled"]) != wanted:
+            raise ValueError(
+                f"the config of model '{self._name}' sets decoupled {current['decoupled']}, but its "
+                f"auto_complete_config asks for {wanted}"
+            )
+        self._model_config["model_transaction_policy"] = {"decoupled": wanted}
+
+    @property
+    def _name(self) -> str:
+        return str(self._model_config.get("name", ""))
+
+    def _add(self, role: str, entry: dict[str, Any], allowed: tuple[str, ...]) -> None:
+        if "name" not in entry:
+            raise ValueError(f"an {role} added by auto_complete_config of model '{self._name}' has no 'name'")
+        extra = set(entry) - set(allowed)
+        if extra:
+            raise ValueError(
+                f"{role} '{entry['name']}' of model '{self._name}' has field(s) {sorted(extra)}; "
+                f"only {list(allowed)} can be set"
+            )
+        for required in ("data_type", "dims"):
+            if required not in entry:
+                raise ValueError(f"{role} '{entry['name']}' of model '{self._name}' has no '{required}'")
+        for current in self._model_config[role]:
+            if current.get("name") != entry["name"]:
+                continue
+            declared = current.get("data_type", "TYPE_INVALID")
+            if declared not in ("TYPE_INVALID", entry["data_type"]):
+                raise ValueError(
+                    f"model '{self._name}' {role} '{entry['name']}': the config says {declared}, "
+                    f"auto_complete_config says {entry['data_type']}"
+                )
+            if current.get("dims") and list(current["dims"]) != list(entry["dims"]):
+                raise ValueError(
+                    f"model '{self._name}' {role} '{entry['name']}': the config says dims "
+                    f"{list(current['dims'])}, auto_complete_config says {list(entry['dims'])}"
+                )
+            current.update(entry)
+            return
+        self._model_config[role].append(dict(entry))
+
+
+def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
+    if parameters is None:
+        return "{}"
+    if isinstance(parameters, str):
+        return parameters
+    return json.dumps(parameters)

@@ -1,0 +1,45 @@
+"""The responses of one request to a decoupled model: zero or more, then the end.
+
+A decoupled model (``model_transaction_policy { decoupled: true }``) answers through a response
+sender, as often as it likes and after ``execute`` has returned. The backend puts each answer here;
+the frontend that streams (gRPC ``ModelStreamInfer``, HTTP ``generate_stream``) reads them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+
+Outputs = dict[str, np.ndarray]
+_END = object()
+
+
+class ResponseStream:
+    """An ordered queue of outputs (or one error, which ends it), closed by :meth:`finish`."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.finished = False
+
+    def put(self, outputs: Outputs | BaseException) -> None:
+        if not self.finished:
+            self._queue.put_nowait(outputs)
+            if isinstance(outputs, BaseException):
+                self.finish()
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._queue.put_nowait(_END)
+
+    async def __aiter__(self) -> AsyncIterator[Outputs]:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
