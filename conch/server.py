@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from conch import __version__
 from conch.core import datatypes
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.request_validation import validate_request
+from conch.core.response_stream import ResponseStream
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
@@ -206,11 +207,15 @@ class InferenceServer:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return self.repository.index(ready_only)
 
-    async def infer(self, request: InferenceRequest, admitted: bool = False) -> InferenceResponse:
+    async def infer(
+        self, request: InferenceRequest, admitted: bool = False, endpoint: str = "this endpoint"
+    ) -> InferenceResponse:
         """Validate, run on an instance, and record statistics; errors keep their V2 kind.
 
         ``admitted``: the request is part of one already inside the server (an ensemble's step), so
-        it runs even while the server drains, as the request it belongs to was let in.
+        it runs even while the server drains, as the request it belongs to was let in. ``endpoint``
+        names the caller in the refusal of a decoupled model (which answers through
+        :meth:`infer_stream` only), as Triton words it.
         """
         started = time.perf_counter_ns()
         if self.stopping and not admitted:
@@ -219,6 +224,12 @@ class InferenceServer:
         if route.version is None:
             return self._business_answer(request, route)
         served = route.version
+        if served.decoupled:
+            raise InvalidArgumentError(
+                f"{endpoint} doesn't support models with decoupled transaction policy: model "
+                f"'{request.model_name}' may answer any number of times; use gRPC ModelStreamInfer or "
+                f"POST /v2/models/{request.model_name}/generate_stream"
+            )
         stats = served.statistics
         stats.pending += 1
         self.in_flight.enter()
@@ -270,6 +281,66 @@ class InferenceServer:
             ],
             parameters=route.parameters,
         )
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether requests for ``name`` go to a decoupled model (answered by :meth:`infer_stream`)."""
+        model = self.repository.models.get(name)
+        if model is None or not model.ready_versions:
+            return False
+        try:
+            return model.ready_version(version).decoupled
+        except ConchError:
+            return False
+
+    async def infer_stream(
+        self, request: InferenceRequest, admitted: bool = False
+    ) -> AsyncIterator[InferenceResponse]:
+        """A decoupled model's responses as it sends them (zero or more); any other model's one answer.
+
+        The request is validated and scheduled as in :meth:`infer`; the instance is free once the
+        model's ``execute`` returns, and the responses keep coming from its response sender.
+        """
+        started = time.perf_counter_ns()
+        route = self.router.route(request.model_name, request.model_version, _route_key(request))
+        if route.version is None or not route.version.decoupled:
+            yield await self.infer(request, admitted)
+            return
+        if self.stopping and not admitted:
+            raise UnavailableError("server is shutting down; send the request to another replica")
+        served = route.version
+        stats = served.statistics
+        stats.pending += 1
+        self.in_flight.enter()
+        try:
+            inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
+            stream = ResponseStream()
+            scheduled = ScheduledRequest(
+                inputs,
+                output_names,
+                request.batch_size(served.config.max_batch_size > 0),
+                request.parameters,
+                id=request.id,
+                stream=stream,
+            )
+            assert served.scheduler is not None
+            await served.scheduler.schedule(scheduled)
+            async for outputs in stream:
+                names = [n for n in output_names if n in outputs] if request.outputs else list(outputs)
+                yield InferenceResponse(
+                    model_name=request.model_name,
+                    model_version=str(served.version),
+                    id=request.id,
+                    outputs=[
+                        Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in names
+                    ],
+                )
+        except ConchError as exc:
+            stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
+            raise
+        finally:
+            stats.pending -= 1
+            self.in_flight.leave()
+        stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
 
     def _business_answer(self, request: InferenceRequest, route: Route) -> InferenceResponse:
         """The BUSINESS fallback: the configured default for each row, for the outputs asked for."""

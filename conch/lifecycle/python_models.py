@@ -82,6 +82,7 @@ class PythonModelBuilder:
             for instance in started:
                 instance.stop()
             raise
+        version.decoupled = config.model_transaction_policy.decoupled
         pool = InstancePool(list(instances), f"{folder.name}-{version.version}")
         version.scheduler = create_scheduler(config, pool, version.statistics)
         supervisor = _Supervisor(version, pool)

@@ -51,6 +51,9 @@ class ModelVersion:
     #: Builds this version's scheduler on CPU instances, for the ``CPU`` fallback on a device error
     #: (None: the version has no GPU instances, or its strategy has no ``CPU``).
     cpu_fallback: Callable[[], Scheduler] | None = None
+    #: A decoupled model (``model_transaction_policy { decoupled: true }``): it answers through a
+    #: response stream, any number of times, so only streaming endpoints can serve it.
+    decoupled: bool = False
     #: Schedulers this version no longer uses (its GPU one after the CPU fallback), closed with it.
     retired_schedulers: list[Scheduler] = field(default_factory=list)
 

@@ -37,7 +37,7 @@ from conch.busy_poll import poll_when_idle
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
-from conch.frontends.grpc.streaming import answer_concurrently
+from conch.frontends.grpc.streaming import answer_concurrently, one_reply
 from conch.scheduling.scheduler import RequestsInFlight
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Relay:
             return _STREAM_RESPONSE_FIELD + _varint(len(payload)) + payload
 
         async def relay(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-            async for reply in answer_concurrently(requests, answer):
+            async for reply in answer_concurrently(requests, one_reply(answer)):
                 yield reply
 
         return grpc.stream_stream_rpc_method_handler(relay)

@@ -155,19 +155,48 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Requests on one stream run concurrently; each answer (or error) is sent when ready."""
+        """Requests on one stream run concurrently; each answer (or error) is sent when ready, and a
+        decoupled model's answers as it sends them."""
 
-        async def answer(message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        async def answer(message: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
             try:
-                return pb.ModelStreamInferResponse(infer_response=await self._infer(message))
+                if self.server.is_decoupled(message.model_name, message.model_version):
+                    async for reply in self._infer_decoupled(message):
+                        yield reply
+                else:
+                    yield pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
-                return infer_codec.stream_error(message.id, exc.message)
+                yield infer_codec.stream_error(message.id, exc.message)
             except Exception:
                 log.exception("stream inference failed")
-                return infer_codec.stream_error(message.id, "internal server error")
+                yield infer_codec.stream_error(message.id, "internal server error")
 
         async for reply in answer_concurrently(request_iterator, answer):
             yield reply
+
+    async def _infer_decoupled(
+        self, message: pb.ModelInferRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """A decoupled model's responses; with ``triton_enable_empty_final_response``, each says
+        whether it is the last (``triton_final_response``), and an empty one closes the request, as
+        Triton does."""
+        leases = RegionLeases(self.regions)
+        try:
+            request = infer_codec.decode_request(message, leases)
+            flag_final = bool(request.parameters.get("triton_enable_empty_final_response"))
+            async for response in self.server.infer_stream(request):
+                encoded = infer_codec.encode_response(response, request)
+                if flag_final:
+                    encoded.parameters["triton_final_response"].bool_param = False
+                yield pb.ModelStreamInferResponse(infer_response=encoded)
+        finally:
+            leases.release()
+        if flag_final:
+            last = pb.ModelInferResponse(
+                model_name=message.model_name, model_version=message.model_version, id=message.id
+            )
+            last.parameters["triton_final_response"].bool_param = True
+            yield pb.ModelStreamInferResponse(infer_response=last)
 
     async def _infer(
         self, message: pb.ModelInferRequest, route_key: str | None = None
@@ -177,7 +206,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             request = infer_codec.decode_request(message, leases)
             if route_key is not None:
                 request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-            response = await self.server.infer(request)
+            response = await self.server.infer(request, endpoint="ModelInfer RPC")
             classify_outputs(self.server.repository, request, response)
             leases.write_outputs(request, response)
         finally:

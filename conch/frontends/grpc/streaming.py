@@ -11,19 +11,21 @@ Reply = TypeVar("Reply")
 
 
 async def answer_concurrently(
-    requests: AsyncIterator[Request], answer: Callable[[Request], Awaitable[Reply]]
+    requests: AsyncIterator[Request], answer: Callable[[Request], AsyncIterator[Reply]]
 ) -> AsyncIterator[Reply]:
-    """Start ``answer`` for each request as it arrives and yield the replies as they finish.
+    """Start ``answer`` for each request as it arrives and yield the replies as they come.
 
     Why: a stream's requests are independent (as in Triton), so a slow one must not hold back the
-    others, and the dynamic batcher can batch requests that share a stream. ``answer`` must not raise:
-    a failed request's reply is an error message on the stream.
+    others, and the dynamic batcher can batch requests that share a stream. ``answer`` yields one
+    reply per request, or any number for a decoupled model. It must not raise: a failed request's
+    reply is an error message on the stream.
     """
     replies: asyncio.Queue[Reply | None] = asyncio.Queue()
     pending: set[asyncio.Task[None]] = set()
 
     async def answer_one(request: Request) -> None:
-        await replies.put(await answer(request))
+        async for reply in answer(request):
+            await replies.put(reply)
 
     async def read_all() -> None:
         async for request in requests:
@@ -40,3 +42,12 @@ async def answer_concurrently(
             yield reply
     finally:
         reader.cancel()
+
+
+def one_reply(answer: Callable[[Request], Awaitable[Reply]]) -> Callable[[Request], AsyncIterator[Reply]]:
+    """An answer of exactly one reply, in the shape :func:`answer_concurrently` takes."""
+
+    async def replies(request: Request) -> AsyncIterator[Reply]:
+        yield await answer(request)
+
+    return replies

@@ -7,14 +7,15 @@ request, so this app reads the ASGI scope directly: one split of the path, one d
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
+from conch.core.types import InferenceResponse
 from conch.frontends.classified_outputs import classify_outputs
-from conch.frontends.http import infer_codec, shared_memory_routes
+from conch.frontends.http import generate, infer_codec, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.lifecycle.deep_health import DeepHealth
 from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
@@ -54,6 +55,9 @@ class HttpFrontend:
             await _lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if scope["path"].endswith("/generate_stream"):
+            await self._generate_stream(scope, receive, send)
             return
         try:
             status, body, headers = await self._dispatch(scope, receive)
@@ -135,7 +139,97 @@ class HttpFrontend:
         if action == "infer":
             _require(method, "POST")
             return await self._infer(scope, receive, name, version)
+        if action == "generate":
+            _require(method, "POST")
+            return await self._generate(scope, receive, name, version)
         raise NotFoundError(f"no route for {scope['path']}")
+
+    async def _generate(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
+        """``/generate``: exactly one response, of any model (a decoupled one must send just one)."""
+        responses = [r async for r in self._generate_responses(scope, receive, name, version)]
+        if len(responses) != 1:
+            raise InvalidArgumentError(
+                f"model '{name}' sent {len(responses)} responses to a generate request, which answers "
+                f"exactly one; use POST /v2/models/{name}/generate_stream"
+            )
+        return _json(200, generate.encode_generate(responses[0]))
+
+    async def _generate_responses(
+        self, scope: Scope, receive: Receive, name: str, version: str
+    ) -> AsyncIterator[InferenceResponse]:
+        served = self.server.model_version(name, version)
+        body = await read_body(scope, receive, self.max_body_bytes)
+        request = generate.decode_generate(body, name, version, served)
+        async for response in self.server.infer_stream(request):
+            yield response
+
+    async def _generate_stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/generate_stream``: each response as a server-sent event as it comes. An error before
+        the first is a plain JSON error with its status; after it, an ``error`` event."""
+        parts = scope["path"].strip("/").split("/")
+        status, body, headers = _error(404, f"no route for {scope['path']}")
+        responses: AsyncIterator[InferenceResponse] | None = None
+        first: InferenceResponse | None = None
+        try:
+            if (
+                parts[:2] == ["v2", "models"]
+                and len(parts) in (4, 6)
+                and (len(parts) == 4 or parts[3] == "versions")
+            ):
+                _require(scope["method"], "POST")
+                responses = self._generate_responses(
+                    scope, receive, parts[2], parts[4] if len(parts) == 6 else ""
+                )
+                first = await anext(responses, None)
+        except ConchError as exc:
+            status, body, headers = _error(exc.kind.http_status, exc.message)
+            responses = None
+        if responses is None:
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        start = {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", generate.SSE_CONTENT_TYPE)],
+        }
+        await send(start)
+        try:
+            if first is not None:
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": generate.event(generate.encode_generate(first)),
+                        "more_body": True,
+                    }
+                )
+            async for response in responses:
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": generate.event(generate.encode_generate(response)),
+                        "more_body": True,
+                    }
+                )
+        except ConchError as exc:
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": generate.event({"error": exc.message}),
+                    "more_body": True,
+                }
+            )
+        except Exception:
+            log.exception("generate_stream on %s failed", scope["path"])
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": generate.event({"error": "internal server error"}),
+                    "more_body": True,
+                }
+            )
+        await send({"type": "http.response.body", "body": b""})
 
     async def _shared_memory_route(
         self, scope: Scope, receive: Receive, method: str, route: list[str]
@@ -176,7 +270,7 @@ class HttpFrontend:
             route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
             if route_key is not None:
                 request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-            response = await self.server.infer(request)
+            response = await self.server.infer(request, endpoint="HTTP end point")
             classify_outputs(self.server.repository, request, response)
             leases.write_outputs(request, response)
         finally:
