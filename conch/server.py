@@ -294,8 +294,9 @@ class InferenceServer:
 
     async def infer_stream(
         self, request: InferenceRequest, admitted: bool = False
-    ) -> AsyncIterator[InferenceResponse]:
-        """A decoupled model's responses as it sends them (zero or more); any other model's one answer.
+    ) -> AsyncIterator[InferenceResponse | ConchError]:
+        """A decoupled model's responses as it sends them (zero or more, an error among them as a
+        ConchError); any other model's one answer.
 
         The request is validated and scheduled as in :meth:`infer`; the instance is free once the
         model's ``execute`` returns, and the responses keep coming from its response sender.
@@ -325,6 +326,12 @@ class InferenceServer:
             assert served.scheduler is not None
             await served.scheduler.schedule(scheduled)
             async for outputs in stream:
+                if isinstance(outputs, ConchError):
+                    yield outputs
+                    continue
+                if isinstance(outputs, Exception):
+                    yield InternalError(f"model '{request.model_name}' failed: {type(outputs).__name__}")
+                    continue
                 names = [n for n in output_names if n in outputs] if request.outputs else list(outputs)
                 yield InferenceResponse(
                     model_name=request.model_name,

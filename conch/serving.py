@@ -173,7 +173,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     control.loader.builders[BackendKind.PYTHON] = PythonModelBuilder(
         PythonBackendSettings(
-            python_process_settings(settings), functools.partial(server.infer, admitted=True)
+            python_process_settings(settings),
+            functools.partial(server.infer, admitted=True),
+            asyncio.get_running_loop(),
         )
     )
     control.loader.builders[BackendKind.ENSEMBLE] = EnsembleBuilder(

@@ -18,28 +18,28 @@ _END = object()
 
 
 class ResponseStream:
-    """An ordered queue of outputs (or one error, which ends it), closed by :meth:`finish`."""
+    """An ordered queue of responses, each outputs or an error, closed by :meth:`finish`.
+
+    An error is one response like the others (a decoupled model may send an error and go on); the
+    backend finishes the stream when the model sends its final flag or its process is gone.
+    """
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.finished = False
 
-    def put(self, outputs: Outputs | BaseException) -> None:
+    def put(self, outputs: Outputs | Exception) -> None:
         if not self.finished:
             self._queue.put_nowait(outputs)
-            if isinstance(outputs, BaseException):
-                self.finish()
 
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
             self._queue.put_nowait(_END)
 
-    async def __aiter__(self) -> AsyncIterator[Outputs]:
+    async def __aiter__(self) -> AsyncIterator[Outputs | Exception]:
         while True:
             item = await self._queue.get()
             if item is _END:
                 return
-            if isinstance(item, BaseException):
-                raise item
             yield item

@@ -41,6 +41,8 @@ class PythonBackendSettings:
     process: ProcessSettings
     #: The server's inference entry point, for the models' BLS calls (set once the server exists).
     inference: Inference | None = None
+    #: The serving event loop: a version built on a loader thread hands its processes' sockets to it.
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class PythonModelBuilder:
@@ -88,6 +90,8 @@ class PythonModelBuilder:
         supervisor = _Supervisor(version, pool)
         for instance in instances:
             instance.on_exit = supervisor.died
+            if self.settings.loop is not None:
+                self.settings.loop.call_soon_threadsafe(instance.attach)
 
 
 def _apply_completion(config: mc.ModelConfig, completed: dict[str, Any]) -> None:
@@ -173,6 +177,7 @@ class _Supervisor:
                 delay = next_delay
                 continue
             break
+        instance.attach()
         policy.started()
         self.version.reason = (
             f"restarted {policy.restarts} time(s); last: instance '{instance.spec.instance_name}' {why}"

@@ -203,7 +203,7 @@ class PythonInstance:
         """Run one batch: the model's ``execute`` gets these requests as a list."""
         if not self.serving or self.process is None:
             raise UnavailableError(f"{self.spec.label} is restarting; retry the request")
-        self._attach()
+        self.attach()
         assert self._pool is not None and self._loop is not None
         keys = [next(self._ids) for _ in requests]
         tensors = [(name, array) for request in requests for name, array in request.inputs.items()]
@@ -262,7 +262,7 @@ class PythonInstance:
         self._streams.pop(key, None)
         return self._decode(entry, request.output_names)
 
-    def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> Outcome:
+    def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> dict[str, np.ndarray] | ConchError:
         if entry.get("error"):
             message, code = entry["error"]
             return codes.error_of_code(message, code)
@@ -280,7 +280,9 @@ class PythonInstance:
 
     # -- messages from the process ---------------------------------------------------------------
 
-    def _attach(self) -> None:
+    def attach(self) -> None:
+        """Watch the process's socket from the running event loop (idempotent): its messages, and
+        its death, are noticed even while no request runs."""
         if self._loop is not None or self.process is None:
             return
         self._loop = asyncio.get_running_loop()
@@ -349,7 +351,7 @@ class PythonInstance:
                 sender.set_result(self._decode(entry, None))
         self._release_theirs(message.get("segment"))
 
-    def _end_stream(self, key: int, error: BaseException | None = None) -> None:
+    def _end_stream(self, key: int, error: Exception | None = None) -> None:
         stream = self._streams.pop(key, None)
         if stream is not None:
             if error is not None:

@@ -185,6 +185,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             request = infer_codec.decode_request(message, leases)
             flag_final = bool(request.parameters.get("triton_enable_empty_final_response"))
             async for response in self.server.infer_stream(request):
+                if isinstance(response, ConchError):
+                    yield infer_codec.stream_error(message.id, response.message)
+                    continue
                 encoded = infer_codec.encode_response(response, request)
                 if flag_final:
                     encoded.parameters["triton_final_response"].bool_param = False

@@ -147,16 +147,20 @@ class HttpFrontend:
     async def _generate(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
         """``/generate``: exactly one response, of any model (a decoupled one must send just one)."""
         responses = [r async for r in self._generate_responses(scope, receive, name, version)]
+        for response in responses:
+            if isinstance(response, ConchError):
+                raise response
         if len(responses) != 1:
             raise InvalidArgumentError(
                 f"model '{name}' sent {len(responses)} responses to a generate request, which answers "
                 f"exactly one; use POST /v2/models/{name}/generate_stream"
             )
+        assert isinstance(responses[0], InferenceResponse)
         return _json(200, generate.encode_generate(responses[0]))
 
     async def _generate_responses(
         self, scope: Scope, receive: Receive, name: str, version: str
-    ) -> AsyncIterator[InferenceResponse]:
+    ) -> AsyncIterator[InferenceResponse | ConchError]:
         served = self.server.model_version(name, version)
         body = await read_body(scope, receive, self.max_body_bytes)
         request = generate.decode_generate(body, name, version, served)
@@ -168,8 +172,8 @@ class HttpFrontend:
         the first is a plain JSON error with its status; after it, an ``error`` event."""
         parts = scope["path"].strip("/").split("/")
         status, body, headers = _error(404, f"no route for {scope['path']}")
-        responses: AsyncIterator[InferenceResponse] | None = None
-        first: InferenceResponse | None = None
+        responses: AsyncIterator[InferenceResponse | ConchError] | None = None
+        first: InferenceResponse | ConchError | None = None
         try:
             if (
                 parts[:2] == ["v2", "models"]
@@ -195,40 +199,20 @@ class HttpFrontend:
             "headers": [(b"content-type", generate.SSE_CONTENT_TYPE)],
         }
         await send(start)
+
+        async def chunk(body: bytes) -> None:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+
         try:
             if first is not None:
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": generate.event(generate.encode_generate(first)),
-                        "more_body": True,
-                    }
-                )
+                await chunk(generate.event_of(first))
             async for response in responses:
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": generate.event(generate.encode_generate(response)),
-                        "more_body": True,
-                    }
-                )
+                await chunk(generate.event_of(response))
         except ConchError as exc:
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": generate.event({"error": exc.message}),
-                    "more_body": True,
-                }
-            )
+            await chunk(generate.event_of(exc))
         except Exception:
             log.exception("generate_stream on %s failed", scope["path"])
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": generate.event({"error": "internal server error"}),
-                    "more_body": True,
-                }
-            )
+            await chunk(generate.event({"error": "internal server error"}))
         await send({"type": "http.response.body", "body": b""})
 
     async def _shared_memory_route(

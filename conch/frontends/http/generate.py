@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from conch.core import datatypes
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import ConchError, InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.repository.model import ModelVersion
 
@@ -102,3 +102,10 @@ def encode_generate(response: InferenceResponse) -> dict[str, Any]:
 def event(document: dict[str, Any]) -> bytes:
     """One server-sent event carrying ``document``."""
     return b"data: " + orjson.dumps(document) + b"\n\n"
+
+
+def event_of(answer: InferenceResponse | ConchError) -> bytes:
+    """A response, or an error the model sent among its responses, as one event."""
+    if isinstance(answer, ConchError):
+        return event({"error": answer.message})
+    return event(encode_generate(answer))
