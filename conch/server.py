@@ -83,8 +83,13 @@ class InferenceServer:
         self.in_flight = RequestsInFlight()
 
     async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
-        """Triton's repository load: load or reload ``name``, with an optional config override."""
-        override = config_override(parameters)
+        """Triton's repository load: load or reload ``name``, with an optional config override.
+
+        Every refusal starts with Triton's ``failed to load '<name>'``, as clients match it."""
+        try:
+            override = config_override(parameters)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"failed to load '{name}': {exc.message}") from None
         if self.control is None:
             raise UnavailableError("this server cannot load models: it serves a fixed repository")
         await self.control.load(name, override)
@@ -204,8 +209,19 @@ class InferenceServer:
         """Statistics objects of every loaded version, for the metrics collector."""
         return [v.statistics for m in self.repository.models.values() for v in m.versions.values() if v.ready]
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        return self.repository.index(ready_only)
+    def repository_index(self, ready_only: bool = False, folders: bool = False) -> list[dict[str, Any]]:
+        """Every model and version with its state and reason.
+
+        ``folders``: Triton's index as clients get it, which also names each model folder of the
+        repository that is not loaded (explicit mode before its load), by ``name`` alone; left out with
+        ``ready_only``. The metrics, which need a version and a state, do without them.
+        """
+        entries = self.repository.index(ready_only)
+        if folders and not ready_only:
+            listed = {entry["name"] for entry in entries}
+            entries += [{"name": f.name} for f in self.repository.model_folders() if f.name not in listed]
+            entries.sort(key=lambda entry: str(entry["name"]))
+        return entries
 
     async def infer(
         self, request: InferenceRequest, admitted: bool = False, endpoint: str = "this endpoint"

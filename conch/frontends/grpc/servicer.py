@@ -83,7 +83,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Any
     ) -> pb.RepositoryIndexResponse:
-        entries = self.server.repository_index(request.ready)
+        entries = self.server.repository_index(request.ready, folders=True)
         return pb.RepositoryIndexResponse(
             models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries]
         )

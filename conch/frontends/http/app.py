@@ -95,7 +95,7 @@ class HttpFrontend:
             ready_only = infer_codec.load_json_object(body).get("ready", False) if body else False
             if not isinstance(ready_only, bool):
                 raise InvalidArgumentError("'ready' must be true or false")
-            return _json(200, self.server.repository_index(ready_only))
+            return _json(200, self.server.repository_index(ready_only, folders=True))
         if len(route) == 4 and route[:2] == ["repository", "models"] and route[3] in ("load", "unload"):
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
