@@ -3,7 +3,9 @@
 Model level: ``config.pbtxt`` parses, then identity (name, DNS-safe name, platform, ``max_batch_size``),
 warm-up files and version folders. A platform conch cannot run or a negative ``max_batch_size`` stops
 there: the versions' checks would only repeat it. An ensemble stops there too, after the checks of its
-own config (:mod:`conch.validation.ensemble_checks`): it has no model file.
+own config (:mod:`conch.validation.ensemble_checks`): it has no model file. So does a Python-backend
+model, after its model files and batching section (:mod:`conch.validation.python_model_checks`): its
+code is not run here.
 
 Each numeric version folder, served by the version policy or not: the model file is present, loads as
 ONNX, passes ``onnx.checker`` and holds no training-mode leftovers; its ``metadata.json``; an ONNX
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.kinds import ENSEMBLE_PLATFORM
+from conch.backends.kinds import ENSEMBLE_PLATFORM, BackendKind, backend_kind
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.core import datatypes
 from conch.core.errors import ConchError
@@ -47,6 +49,7 @@ from conch.validation.model_folder import (
     read_model_folder,
     version_numbers,
 )
+from conch.validation.python_model_checks import python_model_findings
 from conch.validation.runtime import BATCH_ROWS, runtime_findings
 from conch.validation.warmup import warmup_config_findings, warmup_file_findings
 
@@ -75,6 +78,8 @@ def validate_model(model_dir: Path, progress: Progress | None = None) -> list[Fi
     if folder.config.platform == ENSEMBLE_PLATFORM:
         # No model file to check: its version folders stay empty, and its steps are other models.
         return found + version_numbers(folder)[1] + ensemble_findings(folder.config, folder.name)
+    if backend_kind(folder.config) is BackendKind.PYTHON:
+        return found + python_model_findings(folder)
     numbers, version_found = version_numbers(folder)
     found += version_found
     warmup_usable = not any(finding.is_error for finding in warmup_files)

@@ -238,3 +238,49 @@ def test_a_finding_shared_by_versions_is_reported_once_naming_them(tmp_path: Pat
         "2/metadata.json",
     ]
     assert found(findings, "dims-mismatch").message.startswith("versions 1, 2: config input 'image' dims")
+
+
+PYTHON_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 4
+input [ { name: "text" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "length" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+
+def python_model(root: Path, config: str, versions: dict[int, str | None]) -> Path:
+    """A Python-backend model folder; a version's text is its model.py (None: no model.py)."""
+    folder = root / "scorer"
+    folder.mkdir()
+    (folder / "config.pbtxt").write_text(config.replace("{name}", "scorer"))
+    for number, source in versions.items():
+        (folder / str(number)).mkdir()
+        if source is not None:
+            (folder / str(number) / "model.py").write_text(source)
+    return folder
+
+
+def test_a_python_model_is_checked_without_running_its_code(tmp_path: Path) -> None:
+    # A model.py that would fail if it ran: validate checks the folder, not the code.
+    folder = python_model(tmp_path, PYTHON_CONFIG, {1: "raise SystemExit('ran')\n"})
+
+    assert validate_model(folder) == []
+
+
+def test_a_python_model_version_without_model_py_is_an_error(tmp_path: Path) -> None:
+    folder = python_model(tmp_path, PYTHON_CONFIG, {1: "class TritonPythonModel: ...\n", 2: None})
+
+    findings = validate_model(folder)
+
+    assert [(f.code, f.field, f.severity) for f in findings] == [
+        ("model-file-missing", "2/model.py", Severity.ERROR)
+    ]
+    assert "TritonPythonModel" in findings[0].hint
+
+
+def test_a_python_models_batching_section_follows_the_servers_rules(tmp_path: Path) -> None:
+    config = PYTHON_CONFIG.replace("max_batch_size: 4", "max_batch_size: 0") + "dynamic_batching { }\n"
+    folder = python_model(tmp_path, config, {1: "class TritonPythonModel: ...\n"})
+
+    assert [f.code for f in validate_model(folder)] == ["dynamic-batching-without-batching"]
