@@ -98,36 +98,50 @@ def parse_wrk(output: str) -> LoadResult:
     return result
 
 
+@dataclass(frozen=True)
+class PerfTarget:
+    """What perf_analyzer drives: a model at ``address`` (``host:port``, no scheme) over ``protocol``
+    (``grpc`` or ``http``; HTTP sends the tensors in the binary extension), ``INPUT0`` of ``width``."""
+
+    model: str
+    address: str
+    protocol: str = "grpc"
+    width: int | None = None
+
+    @property
+    def input_width(self) -> int:
+        return self.width if self.width is not None else MODELS[self.model][0]
+
+
 def run_perf_analyzer(
     model: str, grpc_address: str, concurrency: int, seconds: float, workdir: Path
 ) -> LoadResult:
-    """``perf_analyzer -i grpc --concurrency-range C`` with windows of ``seconds`` / 2.
+    """``perf_analyzer -i grpc`` on a benchmark model, see :func:`perf_analyzer_point`."""
+    return perf_analyzer_point(PerfTarget(model, grpc_address), concurrency, seconds, workdir)
+
+
+def perf_analyzer_point(target: PerfTarget, concurrency: int, seconds: float, workdir: Path) -> LoadResult:
+    """``perf_analyzer -i PROTOCOL --concurrency-range C`` with windows of ``seconds`` / 2.
 
     perf_analyzer repeats windows until three in a row agree within ``-s`` percent, else it exits 2
     without a report. On two shared cores its default 10 % rarely holds: 25 % within 6 windows first,
     then, failing that, any 3 windows (``-s 100``), the point noted "unstable".
     """
-    result = _perf_analyzer(model, grpc_address, concurrency, seconds, workdir, stability=25, windows=6)
+    result = _perf_analyzer(target, concurrency, seconds, workdir, stability=25, windows=6)
     if result.failure is not None and "stable measurement" in result.failure:
-        result = _perf_analyzer(model, grpc_address, concurrency, seconds, workdir, stability=100, windows=3)
+        result = _perf_analyzer(target, concurrency, seconds, workdir, stability=100, windows=3)
         return replace(result, note="unstable") if result.ok else result
     return result
 
 
 def _perf_analyzer(
-    model: str,
-    grpc_address: str,
-    concurrency: int,
-    seconds: float,
-    workdir: Path,
-    stability: int,
-    windows: int,
+    target: PerfTarget, concurrency: int, seconds: float, workdir: Path, stability: int, windows: int
 ) -> LoadResult:
-    report = workdir / f"pa-{model}-c{concurrency}.csv"
+    report = workdir / f"pa-{target.model}-{target.protocol}-c{concurrency}.csv"
     report.unlink(missing_ok=True)
-    command = [str(PERF_ANALYZER), "-m", model, "-u", grpc_address, "-i", "grpc"]
+    command = [str(PERF_ANALYZER), "-m", target.model, "-u", target.address, "-i", target.protocol]
     command += ["--concurrency-range", str(concurrency), "-p", str(perf_analyzer_window_ms(seconds))]
-    command += ["-s", str(stability), "-r", str(windows), "--shape", f"INPUT0:{MODELS[model][0]}"]
+    command += ["-s", str(stability), "-r", str(windows), "--shape", f"INPUT0:{target.input_width}"]
     command += ["-f", str(report)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=windows * seconds + 120)

@@ -99,6 +99,40 @@ def write_triton_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
     return root
 
 
+def python_backend_models(name: str, onnx_callee: bool) -> list[str]:
+    """The models :func:`write_python_backend_repository` writes for the ``name`` ONNX file:
+    ``name``_python (ONNX Runtime in ``model.py``), ``name``_bls (a BLS model calling
+    it) and, with ``onnx_callee``, ``name``_onnx (the ONNX file served natively) and ``name``_bls_onnx
+    (the BLS model calling that)."""
+    models = [f"{name}_python", f"{name}_bls"]
+    return [*models, f"{name}_onnx", f"{name}_bls_onnx"] if onnx_callee else models
+
+
+def write_python_backend_repository(root: Path, names: Iterable[str], onnx_callee: bool) -> Path:
+    """Python-backend models that run as they are on Triton and on conch (see
+    :func:`python_backend_models`): ``peer_code/triton_model.py`` beside its ONNX file, and
+    ``peer_code/bls_model.py`` with the model it calls in the config's ``callee`` parameter. Only conch
+    gets the ``onnx_callee`` pair: the Triton here has no ONNX Runtime backend."""
+    python = 'backend: "python"'
+    for name in names:
+        widths = MODELS[name]
+        version = write_onnx(root / f"{name}_python" / "1" / "model.onnx", name).parent
+        shutil.copy(PEER_CODE / "triton_model.py", version / "model.py")
+        (root / f"{name}_python" / "config.pbtxt").write_text(model_config(f"{name}_python", widths, python))
+        callees = [("bls", f"{name}_python")]
+        if onnx_callee:
+            write_onnx(root / f"{name}_onnx" / "1" / "model.onnx", name)
+            (root / f"{name}_onnx" / "config.pbtxt").write_text(model_config(f"{name}_onnx", widths))
+            callees.append(("bls_onnx", f"{name}_onnx"))
+        for suffix, callee in callees:
+            bls = f"{name}_{suffix}"
+            (root / bls / "1").mkdir(parents=True, exist_ok=True)
+            shutil.copy(PEER_CODE / "bls_model.py", root / bls / "1" / "model.py")
+            parameter = f'parameters {{ key: "callee" value: {{ string_value: "{callee}" }} }}\n'
+            (root / bls / "config.pbtxt").write_text(model_config(bls, widths, python) + parameter)
+    return root
+
+
 def write_mlserver_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
     """``root/<model>/model-settings.json`` with adaptive batching, and the runtime module at ``root``.
 

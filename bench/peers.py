@@ -60,6 +60,11 @@ def conch_server(
     """``conch serve`` on the conch repository of ``models``, with ``workers`` processes, and gRPC from
     the relay process when ``grpc_relay``."""
     repository = write_conch_repository(workdir / "conch-repo", models)
+    return serve_conch(repository, workdir, workers, grpc_relay)
+
+
+def serve_conch(repository: Path, workdir: Path, workers: int = 1, grpc_relay: bool = False) -> ServerProcess:
+    """``conch serve REPOSITORY`` on free loopback ports, its log at ``workdir/conch.log``."""
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += [f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
@@ -69,13 +74,17 @@ def conch_server(
 
 def triton_server(workdir: Path, models: Sequence[str]) -> ServerProcess:
     """Triton with one python-backend model per ONNX file, built by ``triton-server`` on first use."""
+    return serve_triton(write_triton_repository(workdir / "triton-repo", models), workdir)
+
+
+def serve_triton(repository: Path, workdir: Path) -> ServerProcess:
+    """``triton-server --model-repository=REPOSITORY`` on free loopback ports (python backend only)."""
     if not TRITON_SERVER.exists():
         raise PeerUnavailable(f"not installable: {TRITON_SERVER} is missing")
     # The first call builds Triton's venv (minutes): done here so the readiness wait stays short.
     done = subprocess.run([str(TRITON_SERVER), "--help"], capture_output=True, text=True, timeout=1800)
     if "Usage: tritonserver" not in done.stdout + done.stderr:
         raise PeerUnavailable(f"not installable: triton-server --help: {_last_line(done.stderr)}")
-    repository = write_triton_repository(workdir / "triton-repo", models)
     ports = Ports()
     command = [str(TRITON_SERVER), f"--model-repository={repository}", f"--http-port={ports.http}"]
     command += [f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]

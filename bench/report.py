@@ -18,7 +18,7 @@ from bench.loadgen import LoadResult
 from bench.ort_limit import OrtLimit
 
 CONCURRENCIES = (1, 32)
-PROTOCOLS = {"http": "HTTP JSON, wrk", "grpc": "gRPC, perf_analyzer"}
+PROTOCOLS = {"http": "HTTP JSON, wrk", "grpc": "gRPC, perf_analyzer", "http_pa": "HTTP, perf_analyzer"}
 BATCHED = 32
 MISSING = "-"
 OVERHEAD_NOTE = (
@@ -70,7 +70,12 @@ class Row:
 
     def round_throughputs(self, key: tuple[str, int]) -> dict[int, float]:
         """Throughput by round number, for the rounds that succeeded."""
-        return {n: p.load.throughput for n, p in self.rounds.get(key, {}).items() if p.load.ok}
+        return self.round_values(key, "throughput")
+
+    def round_values(self, key: tuple[str, int], metric: str) -> dict[int, float]:
+        """``metric`` (a :class:`LoadResult` field: ``throughput``, ``p50_ms``...) by round number, for
+        the rounds that succeeded."""
+        return {n: getattr(p.load, metric) for n, p in self.rounds.get(key, {}).items() if p.load.ok}
 
     def throughput(self, model: str, concurrency: int) -> float | None:
         point = self.cells.get((model, concurrency))
@@ -87,15 +92,35 @@ class PairedRatio:
     rounds: int
 
 
-def paired_ratio(ours: Row, peer: Row, key: tuple[str, int]) -> PairedRatio | None:
-    """The ratio of two rows' throughputs round by round (only rounds where both succeeded), or None."""
-    theirs = peer.round_throughputs(key)
-    ratios = [
-        rate / theirs[n] for n, rate in sorted(ours.round_throughputs(key).items()) if theirs.get(n, 0.0) > 0
-    ]
+def paired_ratio(
+    ours: Row,
+    peer: Row,
+    key: tuple[str, int],
+    peer_key: tuple[str, int] | None = None,
+    metric: str = "throughput",
+) -> PairedRatio | None:
+    """The ratio of two rows' ``metric`` round by round (only rounds where both succeeded), or None;
+    ``peer_key`` compares our ``key`` cell with another of the peer's (default the same)."""
+    ratios = list(round_ratios(ours, peer, key, peer_key, metric).values())
     if not ratios:
         return None
     return PairedRatio(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+
+
+def round_ratios(
+    ours: Row,
+    peer: Row,
+    key: tuple[str, int],
+    peer_key: tuple[str, int] | None = None,
+    metric: str = "throughput",
+) -> dict[int, float]:
+    """Our ``metric`` over the peer's, by round number, for the rounds where both succeeded."""
+    theirs = peer.round_values(key if peer_key is None else peer_key, metric)
+    return {
+        n: value / theirs[n]
+        for n, value in sorted(ours.round_values(key, metric).items())
+        if theirs.get(n, 0.0) > 0
+    }
 
 
 def _paired_cell(ours: Row, peer: Row, key: tuple[str, int]) -> str:
@@ -126,8 +151,8 @@ def render(results: BenchResults) -> str:
     """The whole report as Markdown."""
     sections = [
         f"# conch benchmark, {results.started}",
-        "## Machine and versions\n\n" + _bullets(results.machine),
-        "## How\n\n" + _bullets(results.method),
+        "## Machine and versions\n\n" + bullets(results.machine),
+        "## How\n\n" + bullets(results.method),
         "## Throughput, inferences per second (batch 1 per request)\n\n" + throughput_table(results),
         "## Latency p50 / p99, milliseconds\n\n" + latency_table(results),
         "## Ratios\n\n" + ratio_table(results),
@@ -141,12 +166,12 @@ def _columns(results: BenchResults) -> list[tuple[str, int]]:
     return [(model, concurrency) for model in results.models for concurrency in CONCURRENCIES]
 
 
-def _table(header: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
     rows = [header, ["---"] * len(header), *lines]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
-def _bullets(lines: Iterable[str]) -> str:
+def bullets(lines: Iterable[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
@@ -184,7 +209,7 @@ def throughput_table(results: BenchResults) -> str:
         [row.server, PROTOCOLS[row.protocol], *(_cell(row, key, "throughput") for key in columns)]
         for row in results.rows
     ]
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 def latency_table(results: BenchResults) -> str:
@@ -195,7 +220,7 @@ def latency_table(results: BenchResults) -> str:
         [row.server, PROTOCOLS[row.protocol], *(_cell(row, key, "latency") for key in columns)]
         for row in results.rows
     ]
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 def ratio_table(results: BenchResults) -> str:
@@ -220,7 +245,7 @@ def ratio_table(results: BenchResults) -> str:
         "Each cell: the median over the rounds of conch's throughput over the peer's in the same round, "
         "[lowest-highest] of those per-round ratios when there were several rounds.\n\n"
     )
-    return intro + _table(header, lines)
+    return intro + markdown_table(header, lines)
 
 
 def limit_table(results: BenchResults) -> str:
@@ -234,7 +259,7 @@ def limit_table(results: BenchResults) -> str:
         if (value := row.throughput("mlp", BATCHED)) is not None
     ]
     intro = f"Raw ONNX Runtime, mlp batch {BATCHED}: {_number(limit.throughput)} inferences/s.\n\n"
-    return intro + _table(["server", "protocol / load", f"mlp c={BATCHED}", "share of limit"], lines)
+    return intro + markdown_table(["server", "protocol / load", f"mlp c={BATCHED}", "share of limit"], lines)
 
 
 def overhead_table(results: BenchResults) -> str:
@@ -266,4 +291,4 @@ def overhead_table(results: BenchResults) -> str:
                     MISSING if raw is None else f"{p50 - raw.median_call_ms:.3f}",
                 ]
             )
-    return _table(header, lines) if lines else "No c=1 point was measured."
+    return markdown_table(header, lines) if lines else "No c=1 point was measured."

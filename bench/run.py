@@ -39,10 +39,20 @@ LOGS = CACHE / "logs"
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each point (default 5)")
-    parser.add_argument("--quick", action="store_true", help="2 s per point, 1 round; result file *.quick.md")
+    add_round_arguments(parser)
     parser.add_argument("--only", default=",".join(PEERS), help=f"servers to run (default {','.join(PEERS)})")
     parser.add_argument("--models", default=",".join(MODELS), help=f"models (default {','.join(MODELS)})")
+    args = parser.parse_args(argv)
+    args.only = choices(parser, "--only", args.only, PEERS)
+    args.models = choices(parser, "--models", args.models, MODELS)
+    return settle_round_arguments(parser, args)
+
+
+def add_round_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seconds``, ``--quick``, ``--rounds`` and ``--results-dir``, as every benchmark of rounds
+    takes them."""
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each point (default 5)")
+    parser.add_argument("--quick", action="store_true", help="2 s per point, 1 round; result file *.quick.md")
     parser.add_argument(
         "--rounds",
         type=int,
@@ -51,9 +61,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "per-round ratios (default 3, 1 with --quick)",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where the report is written")
-    args = parser.parse_args(argv)
-    args.only = _choices(parser, "--only", args.only, PEERS)
-    args.models = _choices(parser, "--models", args.models, MODELS)
+
+
+def settle_round_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """``--quick`` means 2 s points and one round; rounds default to 3 and must be at least 1."""
     if args.quick:
         args.seconds = 2.0
     if args.rounds is None:
@@ -63,7 +74,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _choices(parser: argparse.ArgumentParser, flag: str, value: str, known: Collection[str]) -> list[str]:
+def choices(parser: argparse.ArgumentParser, flag: str, value: str, known: Collection[str]) -> list[str]:
+    """The comma-separated items of ``value``, in ``known``'s order; an unknown one is a usage error."""
     chosen = [item.strip() for item in value.split(",") if item.strip()]
     unknown = [item for item in chosen if item not in known]
     if unknown or not chosen:
@@ -105,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results,
                     round_number,
                 )
-    results.machine.append(f"load average at the end: {_loadavg()}")
+    results.machine.append(f"load average at the end: {loadavg()}")
     text = report.render(results)
     print("\n" + text)
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +167,7 @@ def run_peer(
     except OSError as exc:
         _note(rows, f"failed: {exc}")
     finally:
-        _keep_log(workdir / f"{peer.key}.log")
+        keep_log(workdir / f"{peer.key}.log")
 
 
 def server_metadata(server: ServerProcess) -> str:
@@ -167,7 +179,7 @@ def server_metadata(server: ServerProcess) -> str:
     return f"`/v2` says {about.get('name', '?')} {about.get('version', '?')}"
 
 
-def _keep_log(log: Path) -> None:
+def keep_log(log: Path) -> None:
     """Copy a server's log to ``LOGS`` so it outlives the run's temporary folder."""
     if log.exists():
         LOGS.mkdir(parents=True, exist_ok=True)
@@ -238,7 +250,7 @@ def describe_machine() -> list[str]:
         f"{platform.system()} {platform.release()}; Python {platform.python_version()}; "
         f"onnxruntime {ort.__version__} (harness and raw ORT)",
         f"conch: commit {_git('rev-parse', '--short', 'HEAD') or 'unknown'}{dirty}",
-        f"load average at the start: {_loadavg()} (well above 0: another job shares the cores)",
+        f"load average at the start: {loadavg()} (well above 0: another job shares the cores)",
     ]
 
 
@@ -298,7 +310,7 @@ def _field(text: str, name: str) -> str | None:
     return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(name)), None)
 
 
-def _loadavg() -> str:
+def loadavg() -> str:
     return " ".join(_read("/proc/loadavg").split()[:3]) or "unknown"
 
 

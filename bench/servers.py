@@ -46,6 +46,10 @@ class Ports:
         return f"http://127.0.0.1:{self.http}"
 
     @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http}"
+
+    @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc}"
 
