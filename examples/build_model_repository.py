@@ -12,6 +12,9 @@ Three models are written:
 * ``digits-mlp``      MinMaxScaler + MLPClassifier on the 8x8 digits, with dynamic batching.
 * ``iris-autoconfig`` a small RandomForest on iris with *no* config.pbtxt, to show auto-complete.
 
+The repository's fourth model, ``text-length``, is a Python-backend model written by hand; this
+script leaves its folder alone.
+
 Every exported graph is checked in onnxruntime against the scikit-learn model (labels equal,
 probabilities within 1e-5) before it is written.
 

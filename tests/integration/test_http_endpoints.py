@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
@@ -228,6 +229,28 @@ def test_model_config_of_the_example_without_config_pbtxt(example_server: Server
     assert (outputs["label"]["data_type"], outputs["label"]["dims"]) == ("TYPE_INT64", [1])
     assert outputs["label"]["reshape"] == {"shape": []}
     assert (outputs["probabilities"]["data_type"], outputs["probabilities"]["dims"]) == ("TYPE_FP32", [3])
+
+
+def test_the_examples_python_model_answers_over_http_and_grpc(example_server: ServerProcess) -> None:
+    # text-length is the bundled repository's Python-backend model: BYTES in, code points and words out.
+    texts = np.array([["naïve café"], ["hello conch"], [""]], dtype=object)
+    answers = []
+    for module, url in ((httpclient, example_server.http_url), (grpcclient, example_server.grpc_url)):
+        with module.InferenceServerClient(url) as client:
+            request = module.InferInput("text", list(texts.shape), "BYTES")
+            request.set_data_from_numpy(texts)
+            result = client.infer("text-length", [request])
+            answers.append((result.as_numpy("characters").tolist(), result.as_numpy("words").tolist()))
+    assert answers == [([[10], [11], [0]], [[2], [2], [0]])] * 2
+
+    with httpclient.InferenceServerClient(example_server.http_url) as client:
+        assert client.get_model_metadata("text-length")["platform"] == "python"
+        request = httpclient.InferInput("text", [1, 1], "BYTES")
+        request.set_data_from_numpy(np.array([[b"caf\xe9"]], dtype=object))  # Latin-1, not UTF-8
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("text-length", [request])
+    assert refused.value.status() == "400"
+    assert "input 'text' row 0 is not UTF-8 text: byte 0xe9 at position 3" in refused.value.message()
 
 
 def served_versions() -> set[tuple[str, str]]:

@@ -187,6 +187,7 @@ def _serve_installed(venv: Path, folder: Path) -> None:
             "digits-mlp",
             "iris-autoconfig",
             "iris-pipeline",
+            "text-length",
         ]
         assert server.request("GET", "/v2/health/ready").status == 200
     finally:

@@ -36,7 +36,7 @@ def test_example_repository_is_valid_with_a_table_and_progress() -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["MODEL", "SEVERITY", "CODE", "FIELD", "MESSAGE"]
-    assert lines[-1] == "3 models checked: 0 errors, 0 warnings, 4 infos: valid"
+    assert lines[-1] == "4 models checked: 0 errors, 0 warnings, 4 infos: valid"
     assert "digits-mlp 1: determinism…" in result.stderr.splitlines()
     assert "iris-autoconfig 1: batch invariance…" in result.stderr.splitlines()
 
