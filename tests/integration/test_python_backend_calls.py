@@ -23,6 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.fixtures import ensembles
 from tests.fixtures import python_models as models
 from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.server_process import ServerProcess
@@ -75,6 +76,21 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         extra="model_transaction_policy { decoupled: true }",
     )
     models.write_python_model(root, "repeat", decoupled, models.REPEAT)
+    mixed = ensembles.ensemble_config(
+        "mixed",
+        [("A", "TYPE_FP32", [16]), ("B", "TYPE_FP32", [16])],
+        [("TWICE_A", "TYPE_FP32", [16]), ("TWICE_B", "TYPE_FP32", [16])],
+        [
+            ("py_add_sub", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}),
+            (
+                "onnx_add_sub",
+                {"INPUT0": "SUM", "INPUT1": "DIFF"},
+                {"OUTPUT0": "TWICE_A", "OUTPUT1": "TWICE_B"},
+            ),
+        ],
+        max_batch_size=4,
+    )
+    ensembles.write_ensemble(root, "mixed", mixed)
     env = _environment(root)
     with tarfile.open(root / "env.tar.gz", "w:gz") as tar:
         tar.add(env, arcname=".")
@@ -240,3 +256,19 @@ def test_concurrent_bls_callers_all_get_their_own_answers(server: ServerProcess)
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_an_ensemble_mixes_python_and_onnx_steps(http_client: httpclient.InferenceServerClient) -> None:
+    def count(model: str) -> int:
+        return int(http_client.get_inference_statistics(model)["model_stats"][0].get("inference_count", 0))
+
+    before = {m: count(m) for m in ("mixed", "py_add_sub", "onnx_add_sub")}
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.full((2, 16), 3, dtype=np.float32)
+    inputs = [httpclient.InferInput("A", [2, 16], "FP32"), httpclient.InferInput("B", [2, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = http_client.infer("mixed", inputs)
+    np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * a)
+    np.testing.assert_array_equal(result.as_numpy("TWICE_B"), 2 * b)
+    assert {m: count(m) - n for m, n in before.items()} == {"mixed": 2, "py_add_sub": 2, "onnx_add_sub": 2}
