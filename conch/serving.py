@@ -175,6 +175,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         PythonBackendSettings(
             python_process_settings(settings),
             functools.partial(server.infer, admitted=True),
+            functools.partial(server.infer_stream, admitted=True),
             asyncio.get_running_loop(),
         )
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -27,6 +28,18 @@ def backend_kind(config: mc.ModelConfig) -> BackendKind:
     if config.platform == ENSEMBLE_PLATFORM:
         return BackendKind.ENSEMBLE
     return BackendKind.ONNX
+
+
+def infer_backend(config: mc.ModelConfig, folder: Path) -> None:
+    """A config that names no platform, backend or file gets the backend its files show, as Triton's
+    auto-complete does: version folders holding ``model.py`` and no ``model.onnx`` are a Python model."""
+    if config.platform or config.backend or config.default_model_filename:
+        return
+    versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
+    if any((v / "model.py").is_file() for v in versions) and not any(
+        (v / "model.onnx").is_file() for v in versions
+    ):
+        config.backend = PYTHON_BACKEND
 
 
 def supported(config: mc.ModelConfig) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
-from conch.backends.kinds import BackendKind, backend_kind
+from conch.backends.kinds import BackendKind, backend_kind, infer_backend
 from conch.backends.placement import Placement, instance_placements
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
@@ -111,6 +111,7 @@ class ModelLoader:
         model = Model(folder.name)
         try:
             config, fields, text = self._config(folder, override)
+            infer_backend(config, folder)
             autocomplete.complete_defaults(config, folder.name)
             config_validation.check_identity(config, folder.name)
         except ConchError as exc:

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.python.environment import process_settings
-from conch.backends.python.instance import Inference, InstanceSpec, PythonInstance
+from conch.backends.python.instance import Inference, InferenceStream, InstanceSpec, PythonInstance
 from conch.backends.python.process import ProcessSettings
 from conch.backends.python.restarts import RestartPolicy
 from conch.core.errors import ConchError, InvalidArgumentError, NotFoundError
@@ -41,6 +41,8 @@ class PythonBackendSettings:
     process: ProcessSettings
     #: The server's inference entry point, for the models' BLS calls (set once the server exists).
     inference: Inference | None = None
+    #: The same for BLS calls to decoupled models (``exec(decoupled=True)``).
+    inference_stream: InferenceStream | None = None
     #: The serving event loop: a version built on a loader thread hands its processes' sockets to it.
     loop: asyncio.AbstractEventLoop | None = None
 
@@ -61,6 +63,7 @@ class PythonModelBuilder:
             PythonInstance(
                 InstanceSpec(config.name, version.version, f"{group.name}_{index}", model_file, settings),
                 self.settings.inference,
+                self.settings.inference_stream,
             )
             for group in config.instance_group
             for index in range(group.count)

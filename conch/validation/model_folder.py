@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends.kinds import infer_backend
 from conch.core.errors import InvalidArgumentError
 from conch.packaging.metadata import CONFIG_FILENAME, WARMUP_FOLDER
 from conch.repository.autocomplete import complete_defaults
@@ -67,6 +68,7 @@ def read_model_folder(path: Path) -> tuple[ModelFolder | None, list[Finding]]:
     config_path = path / CONFIG_FILENAME
     if not config_path.is_file():
         config = mc.ModelConfig()
+        infer_backend(config, path)
         complete_defaults(config, path.name)
         return ModelFolder(path, config, set(), has_config_file=False), []
     text = config_path.read_text(encoding="utf-8", errors="replace")
@@ -85,6 +87,7 @@ def read_model_folder(path: Path) -> tuple[ModelFolder | None, list[Finding]]:
             )
         ]
     fields = fields_set_in_text(config, text)
+    infer_backend(config, path)
     complete_defaults(config, path.name)
     return ModelFolder(path, config, fields, has_config_file=True), []
 

@@ -52,6 +52,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     models.write_python_model(root, "errors", models.ERRORS_CONFIG, models.ERRORS)
     models.write_python_model(root, "auto", 'name: "auto"\nbackend: "python"\n', models.AUTO_COMPLETE)
     models.write_python_model(root, "args", models.ARGS_CONFIG, models.ARGS)
+    (root / "no_config" / "1").mkdir(parents=True)  # model.py alone: auto-complete makes it a Python model
+    (root / "no_config" / "1" / "model.py").write_text(models.AUTO_COMPLETE)
     models.write_python_model(
         root,
         "broken_init",
@@ -196,21 +198,32 @@ def test_no_path_reaches_the_client(http_client: httpclient.InferenceServerClien
     assert "/nonexistent" not in failed and "secret" not in failed and "Traceback" not in failed
 
 
+def test_protocol_routes_in_a_message_are_not_taken_for_paths(
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    failed = _code_call(http_client, 96)
+    assert isinstance(failed, str) and "POST /v2/models/other/generate_stream instead" in failed
+
+
 def test_wrong_number_of_responses_is_a_clear_error(http_client: httpclient.InferenceServerClient) -> None:
     failed = _code_call(http_client, 97)
     assert isinstance(failed, str) and failed.startswith("500 ")
     assert "got 1 request(s) and returned 0 response(s)" in failed
 
 
-def test_auto_complete_config_fills_the_config(http_client: httpclient.InferenceServerClient) -> None:
-    config = http_client.get_model_config("auto")
+@pytest.mark.parametrize("model", ["auto", "no_config"])
+def test_auto_complete_config_fills_the_config(
+    model: str, http_client: httpclient.InferenceServerClient
+) -> None:
+    config = http_client.get_model_config(model)
+    assert config["backend"] == "python"
     assert config["max_batch_size"] == 4
     assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [("X", "TYPE_FP32", [3])]
     assert [o["name"] for o in config["output"]] == ["Y"]
     assert "dynamic_batching" in config
     tensor = httpclient.InferInput("X", [2, 3], "FP32")
     tensor.set_data_from_numpy(np.zeros((2, 3), dtype=np.float32))
-    np.testing.assert_array_equal(http_client.infer("auto", [tensor]).as_numpy("Y"), np.ones((2, 3)))
+    np.testing.assert_array_equal(http_client.infer(model, [tensor]).as_numpy("Y"), np.ones((2, 3)))
 
 
 def _ask(client: grpcclient.InferenceServerClient, key: str, **kwargs: object) -> str:

@@ -76,6 +76,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         extra="model_transaction_policy { decoupled: true }",
     )
     models.write_python_model(root, "repeat", decoupled, models.REPEAT)
+    models.write_python_model(root, "bls_decoupled", models.BLS_DECOUPLED_CONFIG, models.BLS_DECOUPLED)
     mixed = ensembles.ensemble_config(
         "mixed",
         [("A", "TYPE_FP32", [16]), ("B", "TYPE_FP32", [16])],
@@ -272,3 +273,11 @@ def test_an_ensemble_mixes_python_and_onnx_steps(http_client: httpclient.Inferen
     np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * a)
     np.testing.assert_array_equal(result.as_numpy("TWICE_B"), 2 * b)
     assert {m: count(m) - n for m, n in before.items()} == {"mixed": 2, "py_add_sub": 2, "onnx_add_sub": 2}
+
+
+def test_bls_to_a_decoupled_model_iterates_its_responses(
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    tensor = httpclient.InferInput("IN", [4], "INT32")
+    tensor.set_data_from_numpy(np.array([4, -2, 9, 1], dtype=np.int32))
+    assert http_client.infer("bls_decoupled", [tensor]).as_numpy("OUT").tolist() == [4, -1, 9, 1]

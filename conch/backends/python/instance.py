@@ -23,10 +23,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,8 @@ from conch.core.types import ExecutionTiming, InferenceRequest, InferenceRespons
 log = logging.getLogger(__name__)
 
 Inference = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+InferenceStream = Callable[[InferenceRequest], AsyncIterator[InferenceResponse | ConchError]]
+T = TypeVar("T")
 Outcome = dict[str, np.ndarray] | BaseException
 #: Request parameters the protocol reserves: they steer the server and are not the model's.
 RESERVED_PARAMETERS = frozenset(
@@ -87,9 +89,15 @@ class _Call:
 class PythonInstance:
     """One ``instance_group`` instance of a Python model (``RequestListInstance`` for the batcher)."""
 
-    def __init__(self, spec: InstanceSpec, inference: Inference | None = None) -> None:
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        inference: Inference | None = None,
+        inference_stream: InferenceStream | None = None,
+    ) -> None:
         self.spec = spec
         self.inference = inference
+        self.inference_stream = inference_stream
         self.process: ModelProcess | None = None
         self.serving = False
         self.decoupled = False
@@ -434,12 +442,18 @@ class PythonInstance:
     # -- BLS -------------------------------------------------------------------------------------
 
     async def _bls(self, message: dict[str, Any]) -> None:
-        """A call from the model to a model of the server, answered whatever happens."""
-        reply: dict[str, Any] = {"op": "bls_response", "bls": message["bls"], "final": True}
+        """A call from the model to a model of the server, answered whatever happens. A decoupled
+        call (``exec(decoupled=True)``) gets each response as it comes, then an empty final one."""
+        decoupled = bool(message.get("decoupled"))
+        reply: dict[str, Any] = {"op": "bls_response", "bls": message["bls"], "final": not decoupled}
         try:
             request = self._bls_request(message)
-            response = await self._bls_answer(request, message.get("timeout_us") or 0)
-            reply["response"], reply["segment"] = self._encode_response(response)
+            timeout_us = message.get("timeout_us") or 0
+            if decoupled:
+                await self._within(self._bls_stream(message["bls"], request), request, timeout_us)
+            else:
+                response = await self._within(self._answer(request), request, timeout_us)
+                reply["response"], reply["segment"] = self._encode_response(response)
         except ConchError as exc:
             reply["response"] = {"error": (exc.message, codes.code_of_error(exc))}
         except Exception as exc:  # the model must get an answer, never hang
@@ -447,10 +461,21 @@ class PythonInstance:
             reply["response"] = {"error": (f"BLS call failed: {type(exc).__name__}", codes.INTERNAL)}
         finally:
             self._release_theirs(message.get("segment"))
-        if message.get("decoupled"):
-            self._send({**reply, "final": False})
-            reply = {"op": "bls_response", "bls": message["bls"], "final": True, "response": None}
-        self._send(reply)
+        if "response" in reply:
+            self._send(reply)
+        if decoupled:
+            self._send({"op": "bls_response", "bls": message["bls"], "final": True, "response": None})
+
+    async def _bls_stream(self, bls: int, request: InferenceRequest) -> None:
+        if self.inference_stream is None:
+            raise UnavailableError("decoupled BLS calls are not available in this server")
+        async for answer in self.inference_stream(request):
+            reply: dict[str, Any] = {"op": "bls_response", "bls": bls, "final": False}
+            if isinstance(answer, ConchError):
+                reply["response"] = {"error": (answer.message, codes.code_of_error(answer))}
+            else:
+                reply["response"], reply["segment"] = self._encode_response(answer)
+            self._send(reply)
 
     def _bls_request(self, message: dict[str, Any]) -> InferenceRequest:
         version = int(message.get("model_version", -1))
@@ -473,10 +498,14 @@ class PythonInstance:
             parameters=parameters,
         )
 
-    async def _bls_answer(self, request: InferenceRequest, timeout_us: int) -> InferenceResponse:
+    async def _answer(self, request: InferenceRequest) -> InferenceResponse:
         if self.inference is None:
             raise UnavailableError("BLS is not available in this server")
-        call = self.inference(request)
+        return await self.inference(request)
+
+    @staticmethod
+    async def _within(call: Awaitable[T], request: InferenceRequest, timeout_us: int) -> T:
+        """``call``, given up after ``timeout_us`` microseconds (Triton's BLS ``timeout``; 0: none)."""
         if timeout_us <= 0:
             return await call
         try:

@@ -31,8 +31,9 @@ import conch_ipc
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# Paths in an exception's message stay in the model's process; the client gets "<path>".
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-~]+){2,}")
+# Paths in an exception's message stay in the model's process; the client gets "<path>". The
+# protocol's own routes (/v2/models/...) are addresses, not paths, and stay.
+_PATH = re.compile(r"(?<![\w/\\.~-])(?:[A-Za-z]:)?(?![/\\]v2[/\\])(?:[/\\][\w.\-~]+){2,}")
 
 
 def scrub(text: str) -> str:

@@ -233,11 +233,11 @@ class InferenceRequest:
     ) -> None:
         if inputs is None or requested_output_names is None:
             raise TritonModelException("InferenceRequest needs inputs and requested_output_names")
-        self._request_id = request_id
-        self._correlation_id = correlation_id
+        self._request_id = _text(request_id)
+        self._correlation_id = _text(correlation_id) if isinstance(correlation_id, bytes) else correlation_id
         self._inputs = list(inputs)
-        self._outputs = list(requested_output_names)
-        self.model_name = model_name
+        self._outputs = [_text(name) for name in requested_output_names]
+        self.model_name = _text(model_name)  # models often pass a BYTES element, as Triton accepts
         self.model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -527,6 +527,13 @@ class ModelConfig:
             current.update(entry)
             return
         self._model_config[role].append(dict(entry))
+
+
+def _text(value: Any) -> Any:
+    """A name given as bytes (an element of a BYTES tensor) as text."""
+    if isinstance(value, (bytes, bytearray, np.bytes_)):
+        return bytes(value).decode("utf-8")
+    return value
 
 
 def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
