@@ -231,12 +231,13 @@ class ModelLoader:
         try:
             kind = backend_kind(config)
             if kind is BackendKind.ONNX:
-                self._build_onnx(version, folder, number, config, fields, policy)
+                where = self._build_onnx(version, folder, number, config, fields, policy)
             else:
                 build = self.builders.get(kind)
                 if build is None:
                     raise UnavailableError(f"this server cannot run {kind.value} models")
                 build(version, folder, fields)
+                where = f"{kind.value} backend"
         except ConchError as exc:
             version.reason = exc.message
             emit(
@@ -249,7 +250,7 @@ class ModelLoader:
             )
             return version
         version.state = ModelState.READY
-        log.info("model '%s' version %d is READY (%s backend)", folder.name, number, kind.value)
+        log.info("model '%s' version %d is READY (%s)", folder.name, number, where)
         return version
 
     def _build_onnx(
@@ -260,8 +261,9 @@ class ModelLoader:
         config: mc.ModelConfig,
         fields: set[str],
         policy: FallbackPolicy | None,
-    ) -> None:
-        """ONNX Runtime sessions on the config's placements, completed from the graph, warmed up."""
+    ) -> str:
+        """ONNX Runtime sessions on the config's placements, completed from the graph, warmed up;
+        returns the placements, for the log."""
         model_file = folder / str(number) / config.default_model_filename
         if not model_file.is_file():
             raise NotFoundError(f"version {number} has no {config.default_model_filename}")
@@ -285,6 +287,7 @@ class ModelLoader:
         )
         if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
             version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
+        return ", ".join(map(str, placements))
 
     @staticmethod
     def _on_cpu_instead(version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None) -> None:
