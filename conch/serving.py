@@ -40,6 +40,7 @@ from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.lifecycle.python_models import PythonBackendSettings, PythonModelBuilder
 from conch.observability.circuit_metrics import CircuitBreakerCollector
+from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.metrics import create_registry
@@ -213,7 +214,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     tasks = []
     if worker is None:
         assert metrics_socket is not None
-        registry = create_registry(server.all_statistics, server.repository_index, routing_collectors(server))
+        collectors = [*routing_collectors(server), CUSTOM_METRICS]
+        registry = create_registry(server.all_statistics, server.repository_index, collectors)
         servers.append(uvicorn_server(metrics_app(registry)))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     models.write_python_model(root, "errors", models.ERRORS_CONFIG, models.ERRORS)
     models.write_python_model(root, "auto", 'name: "auto"\nbackend: "python"\n', models.AUTO_COMPLETE)
     models.write_python_model(root, "args", models.ARGS_CONFIG, models.ARGS)
+    models.write_python_model(root, "metrics", models.METRICS_CONFIG, models.METRICS)
     (root / "no_config" / "1").mkdir(parents=True)  # model.py alone: auto-complete makes it a Python model
     (root / "no_config" / "1" / "model.py").write_text(models.AUTO_COMPLETE)
     models.write_python_model(
@@ -276,3 +278,23 @@ def test_statistics_and_metrics_count_python_models(
     assert metrics.value("nv_inference_request_success", model="errors", version="1") >= 1
     assert metrics.value("nv_inference_exec_count", model="every_datatype", version="1") >= 1
     assert metrics.value("nv_inference_request_failure", model="errors", version="1", reason="BACKEND") >= 1
+
+
+def test_custom_metrics_reach_the_metrics_page(
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
+) -> None:
+    counts = []
+    for value in (0.5, 5.0, 50.0):
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+        counts.append(float(http_client.infer("metrics", [tensor]).as_numpy("COUNT")[0]))
+    assert counts == [1.0, 2.0, 3.0]  # value() in the model
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        page = reply.read().decode()
+    labels = '{model="metrics",version="1"}'
+    assert "# TYPE test_model_requests counter" in page  # a bare counter name, as Triton writes it
+    assert f"test_model_requests{labels} 3.0" in page
+    assert f"test_model_last_input{labels} 50.0" in page
+    assert 'test_model_inputs_bucket{le="1.0",model="metrics",version="1"} 1.0' in page
+    assert 'test_model_inputs_bucket{le="10.0",model="metrics",version="1"} 2.0' in page
+    assert f"test_model_inputs_count{labels} 3.0" in page

@@ -36,6 +36,7 @@ from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
 from conch.core.response_stream import ResponseStream
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.observability.custom_metrics import CUSTOM_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class PythonInstance:
         )
         self._segments = conch_ipc.SegmentReader()
         process = ModelProcess(self.spec.model_file, prefix, self.spec.settings, self.spec.label)
-        process.on_log = self._log
+        process.on_message = self._side_message
         self.process = process
         reply = process.ask(None)
         if reply["op"] != "loaded":
@@ -341,8 +342,8 @@ class PythonInstance:
                 self._pool.release(message["segment"])
         elif op == "bls":
             self._spawn(self._bls(message))
-        elif op == "log":
-            self._log(message)
+        elif op in ("log", "metric"):
+            self._side_message(message)
 
     def _on_response(self, message: dict[str, Any]) -> None:
         key, final = message["request"], bool(message["flags"] & 1)
@@ -369,6 +370,13 @@ class PythonInstance:
     def _release_theirs(self, segment: str | None) -> None:
         if segment:
             self._send({"op": "release", "segment": segment})
+
+    def _side_message(self, message: dict[str, Any]) -> None:
+        """A log line or a custom metric's change, whenever the model sends one."""
+        if message["op"] == "metric":
+            CUSTOM_METRICS.change(*message["change"])
+        else:
+            self._log(message)
 
     def _log(self, message: dict[str, Any]) -> None:
         log.log(

@@ -74,15 +74,16 @@ class ModelProcess:
             theirs.close()
         self.sock = ours
         self.channel = conch_ipc.Channel(ours)
-        #: Where the model's log lines go while it starts (the instance sets it).
-        self.on_log: Callable[[dict[str, Any]], None] = lambda message: None
+        #: Where the model's log lines and metric changes go while it starts (the instance sets it).
+        self.on_message: Callable[[dict[str, Any]], None] = lambda message: None
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def ask(self, message: dict[str, Any] | None, timeout: float = STARTUP_TIMEOUT_S) -> dict[str, Any]:
-        """Send ``message`` (None: only listen) and wait for the reply; log lines are passed to ``on_log``."""
+        """Send ``message`` (None: only listen) and wait for the reply; log lines and metric changes
+        meanwhile go to ``on_message``."""
         self.sock.settimeout(timeout)
         try:
             if message is not None:
@@ -91,8 +92,8 @@ class ModelProcess:
                 reply = self.channel.receive()
                 if reply is None:
                     raise UnavailableError(f"{self.label}: its Python process {self.exit_description()}")
-                if reply["op"] == "log":
-                    self.on_log(reply)
+                if reply["op"] in ("log", "metric"):
+                    self.on_message(reply)
                     continue
                 if reply["op"] == "release":
                     continue

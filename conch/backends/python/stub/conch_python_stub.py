@@ -102,6 +102,10 @@ class Runtime:
     def is_cancelled(self, key: int) -> bool:
         return key in self._cancelled
 
+    def metric(self, *change: Any) -> None:
+        """A custom metric's change (``pb_utils.Metric``), for the server's ``/metrics`` page."""
+        self.channel.send({"op": "metric", "change": change})
+
     def log(self, message: str, level: int) -> None:
         self.channel.send({"op": "log", "level": level, "message": message})
 
