@@ -152,10 +152,12 @@ def run_side(
     try:
         server = side.serve(repository, workdir)
         with server:
+            about = f"round {round_number}, {side.title}: {busy}"
             if round_number == 1:
                 peer = PEERS[side.key]
                 versions = package_versions(peer.python(), peer.packages)
-                results.machine.append(f"{side.title}: {server_metadata(server)}; {versions}; {busy}")
+                about += f"; {server_metadata(server)}; {versions}"
+            results.machine.append(about)
             for model, name in models.items():
                 measure_model(server, model, name, rows, workdir, round_number, seconds)
     except (PeerUnavailable, ServerError, OSError) as exc:
@@ -198,7 +200,10 @@ def measure_model(
         for concurrency in CONCURRENCIES:
             load = partial(loadgen.perf_analyzer_point, target, concurrency, seconds, workdir)
             result, times = measure_between(server, model, load)
-            row.add((model, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
+            point = Point(
+                result, times.compute_ms, times.request_ms, times.server_cpu_us, times.children_cpu_us
+            )
+            row.add((model, concurrency), point, round_number)
             print(
                 f"  {model} {target.protocol} c={concurrency}: {result.throughput:,.0f}/s "
                 f"p50 {result.p50_ms:.2f} ms ({result.failure or result.note or 'ok'})",

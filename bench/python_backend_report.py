@@ -128,6 +128,28 @@ def target_table(results: BenchResults, sides: Sequence[str]) -> str:
     return intro + report.markdown_table(header, lines) if lines else "Nothing to compare."
 
 
+def cpu_table(results: BenchResults, concurrency: int = 32) -> str:
+    """CPU microseconds per request at ``concurrency``, the server's process / its model processes,
+    from the median round's point."""
+    header = ["server", "protocol / load", *results.models]
+    lines = []
+    for row in results.rows:
+        cells = []
+        for model in results.models:
+            point = row.cells.get((model, concurrency))
+            if point is None or not point.load.ok or point.server_cpu_us is None:
+                cells.append(report.MISSING)
+            else:
+                cells.append(f"{point.server_cpu_us:,.0f} / {point.children_cpu_us or 0.0:,.0f}")
+        lines.append([row.server, PROTOCOLS[row.protocol], *cells])
+    intro = (
+        "User + system CPU per request the server counted (`/proc`, read before and after the point): "
+        "the server's own process / its model processes together (a BLS request counts its callee's "
+        "work too). On two cores shared with the load generator, throughput at c=32 is bounded by it.\n\n"
+    )
+    return intro + report.markdown_table(header, lines)
+
+
 def render(results: BenchResults, sides: Sequence[str]) -> str:
     """The whole report as Markdown; ``sides`` are the row keys of conch and of Triton, in that order."""
     sections = [
@@ -138,6 +160,7 @@ def render(results: BenchResults, sides: Sequence[str]) -> str:
         "## Latency p50 / p99, milliseconds\n\n" + report.latency_table(results),
         "## Paired ratios, conch / Triton\n\n" + ratio_table(results, sides),
         "## Against the target\n\n" + target_table(results, sides),
+        "## CPU per request at c=32, microseconds\n\n" + cpu_table(results),
         "## Server overhead at c=1\n\n" + report.OVERHEAD_NOTE + report.overhead_table(results),
     ]
     return "\n\n".join(sections) + "\n"

@@ -40,6 +40,9 @@ class Point:
     compute_ms: float | None = None
     #: The server's whole time per request (V2 ``success`` statistics), where it says.
     request_ms: float | None = None
+    #: CPU microseconds per request of the server's process and of its children (model processes).
+    server_cpu_us: float | None = None
+    children_cpu_us: float | None = None
 
 
 @dataclass

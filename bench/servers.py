@@ -16,10 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ServerError(RuntimeError):
@@ -166,10 +168,14 @@ class StatsReading:
 
 @dataclass(frozen=True)
 class ServerTimes:
-    """What the server says a request cost, in ms: the model's compute, and the whole request."""
+    """What the server says a request cost, in ms: the model's compute, and the whole request; and
+    what it cost the machine, in CPU microseconds per request: the server's process and its children
+    (conch's and Triton's python model processes)."""
 
     compute_ms: float | None = None
     request_ms: float | None = None
+    server_cpu_us: float | None = None
+    children_cpu_us: float | None = None
 
 
 def _per_request_ms(later: tuple[int, int], earlier: tuple[int, int]) -> float | None:
@@ -191,10 +197,38 @@ def stats_reading(server: ServerProcess, model: str) -> StatsReading | None:
 
 
 def measure_between(server: ServerProcess, model: str, action: Callable[[], Any]) -> tuple[Any, ServerTimes]:
-    """Run ``action`` and return its result with the server's own times per request meanwhile."""
-    before = stats_reading(server, model)
+    """Run ``action`` and return its result with the server's own times per request meanwhile, and
+    the CPU its processes spent per request (requests as the server counted them)."""
+    before, cpu_before = stats_reading(server, model), cpu_reading(server)
     result = action()
-    after = stats_reading(server, model)
+    after, cpu_after = stats_reading(server, model), cpu_reading(server)
     if before is None or after is None:
         return result, ServerTimes()
-    return result, after.since(before)
+    times = after.since(before)
+    requests = after.request[0] - before.request[0]
+    if requests <= 0 or cpu_before is None or cpu_after is None:
+        return result, times
+    per_request = [
+        (later - earlier) / requests * 1e6 for later, earlier in zip(cpu_after, cpu_before, strict=True)
+    ]
+    return result, replace(times, server_cpu_us=per_request[0], children_cpu_us=per_request[1])
+
+
+def cpu_reading(server: ServerProcess) -> tuple[float, float] | None:
+    """CPU seconds (user + system) so far of the server's process and of its live children, from
+    ``/proc`` (None where there is none: not Linux, or the server is gone)."""
+    if server.process is None:
+        return None
+    pid = server.process.pid
+    own, children = None, 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        if stat.parent.name == str(pid):
+            own = seconds
+        elif int(fields[1]) == pid:
+            children += seconds
+    return None if own is None else (own, children)
