@@ -54,6 +54,7 @@ class PythonModelBuilder:
         self.settings = settings
 
     def __call__(self, version: ModelVersion, folder: Path, fields: set[str]) -> None:
+        folder = folder.resolve()  # the process runs elsewhere, and args carry absolute paths, as Triton's
         config = version.config
         model_file = folder / str(version.version) / config.default_model_filename
         if not model_file.is_file():

@@ -3,6 +3,7 @@ the default size and grow by the growth step for bigger batches; a bad entry sto
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,13 @@ def test_a_bad_backend_config_stops_serve(entry: str, says: str, repository: Pat
     )
     assert finished.returncode == 2
     assert says in finished.stderr
+
+
+def test_a_relative_repository_path_serves_python_models(
+    start_server: Callable[..., ServerProcess], repository: Path
+) -> None:
+    relative = Path(os.path.relpath(repository, Path.cwd()))
+    assert not relative.is_absolute()
+    served = start_server(relative)
+    index = served.request("POST", "/v2/repository/index").json()
+    assert [(e["name"], e["state"]) for e in index] == [("echo", "READY")]

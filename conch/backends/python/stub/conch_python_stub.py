@@ -33,7 +33,7 @@ import triton_python_backend_utils as pb_utils
 
 # Paths in an exception's message stay in the model's process; the client gets "<path>". The
 # protocol's own routes (/v2/models/...) are addresses, not paths, and stay.
-_PATH = re.compile(r"(?<![\w/\\.~-])(?:[A-Za-z]:)?(?![/\\]v2[/\\])(?:[/\\][\w.\-~]+){2,}")
+_PATH = re.compile(r"(?<![\w/\\.~-])(?:[A-Za-z]:(?:\\[\w.\-~]+)+|(?!/v2/)(?:/[\w.\-~]+){2,})")
 
 
 def scrub(text: str) -> str:
@@ -146,7 +146,8 @@ class Runtime:
                 )
             error = response.error()
             if error is not None:
-                shapes.append({"error": (scrub(error.message()), error.code())})
+                # The model chose this message for its client: it goes as it is, as in Triton.
+                shapes.append({"error": (error.message(), error.code())})
                 continue
             outputs = [(t.name(), _array_of(t)) for t in response.output_tensors()]
             shapes.append({"first": len(tensors), "count": len(outputs), "parameters": response.parameters()})
