@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import itertools
 import json
@@ -23,26 +22,25 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from conch.backends.python import codes
+from conch.backends.python.bls import BlsLink, Inference, InferenceStream, answer_bls
+from conch.backends.python.connection import LoopConnection
 from conch.backends.python.process import ModelProcess, ProcessSettings
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
 from conch.core.response_stream import ResponseStream
-from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.core.types import ExecutionTiming
 from conch.observability.custom_metrics import CUSTOM_METRICS
 
 log = logging.getLogger(__name__)
 
-Inference = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
-InferenceStream = Callable[[InferenceRequest], AsyncIterator[InferenceResponse | ConchError]]
-T = TypeVar("T")
 Outcome = dict[str, np.ndarray] | BaseException
 #: Request parameters the protocol reserves: they steer the server and are not the model's.
 RESERVED_PARAMETERS = frozenset(
@@ -111,8 +109,7 @@ class PythonInstance:
         self._pool: conch_ipc.SegmentPool | None = None
         self._segments = conch_ipc.SegmentReader()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._inbox = bytearray()
-        self._outbox = bytearray()
+        self._connection: LoopConnection | None = None
         self._calls: dict[int, _Call] = {}
         self._streams: dict[int, ResponseStream] = {}
         self._senders: dict[int, asyncio.Future[Outcome]] = {}
@@ -168,7 +165,7 @@ class PythonInstance:
         self.serving = False
         process, self.process = self.process, None
         if process is not None:
-            self._detach(process)
+            self._detach()
             process.kill()
         if self._pool is not None:
             self._pool.close()
@@ -178,7 +175,7 @@ class PythonInstance:
         self.serving = False
         process, self.process = self.process, None
         if process is not None:
-            self._detach(process)
+            self._detach()
             process.finalize()
         if self._pool is not None:
             self._pool.close()
@@ -190,7 +187,7 @@ class PythonInstance:
         process, self.process = self.process, None
         if process is None:
             return
-        self._detach(process)
+        self._detach()
         self._fail_in_flight(UnavailableError(f"{self.spec.label} is unloading"))
         pool = self._pool
 
@@ -292,41 +289,18 @@ class PythonInstance:
     def attach(self) -> None:
         """Watch the process's socket from the running event loop (idempotent): its messages, and
         its death, are noticed even while no request runs."""
-        if self._loop is not None or self.process is None:
-            return
-        self._loop = asyncio.get_running_loop()
-        self.process.sock.setblocking(False)
-        self._loop.add_reader(self.process.sock.fileno(), self._readable)
-
-    def _detach(self, process: ModelProcess) -> None:
-        if self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(process.sock.fileno())
-                self._loop.remove_writer(process.sock.fileno())
-        self._loop = None
-        self._inbox.clear()
-        self._outbox.clear()
-
-    def _readable(self) -> None:
         process = self.process
-        if process is None:
+        if self._connection is not None or process is None:
             return
-        try:
-            while True:
-                chunk = process.sock.recv(1 << 20)
-                if not chunk:
-                    self._died(process)
-                    return
-                self._inbox += chunk
-                if len(chunk) < 1 << 20:
-                    break
-        except BlockingIOError:
-            pass
-        except OSError:
-            self._died(process)
-            return
-        for message in conch_ipc.split_frames(self._inbox):
-            self._dispatch(message)
+        self._connection = LoopConnection(process.sock, self._dispatch, lambda: self._died(process))
+        self._connection.attach()
+        self._loop = self._connection.loop
+
+    def _detach(self) -> None:
+        if self._connection is not None:
+            self._connection.detach()
+        self._connection = None
+        self._loop = None
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message["op"]
@@ -341,7 +315,11 @@ class PythonInstance:
             if self._pool is not None:
                 self._pool.release(message["segment"])
         elif op == "bls":
-            self._spawn(self._bls(message))
+            assert self._pool is not None
+            link = BlsLink(
+                self.inference, self.inference_stream, self.spec.label, self._segments, self._pool, self._send
+            )
+            self._spawn(answer_bls(message, link))
         elif op in ("log", "metric"):
             self._side_message(message)
 
@@ -384,38 +362,8 @@ class PythonInstance:
         )
 
     def _send(self, message: dict[str, Any]) -> None:
-        process = self.process
-        if process is None:
-            return
-        frame = conch_ipc.encode_frame(message)
-        if self._outbox:
-            self._outbox += frame
-            return
-        try:
-            sent = process.sock.send(frame)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            return  # the reader sees the death and fails what is in flight
-        if sent < len(frame):
-            self._outbox += frame[sent:]
-            assert self._loop is not None
-            self._loop.add_writer(process.sock.fileno(), self._flush)
-
-    def _flush(self) -> None:
-        process = self.process
-        if process is None or self._loop is None:
-            return
-        try:
-            sent = process.sock.send(self._outbox)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._loop.remove_writer(process.sock.fileno())
-            return
-        del self._outbox[:sent]
-        if not self._outbox:
-            self._loop.remove_writer(process.sock.fileno())
+        if self._connection is not None:
+            self._connection.send(message)
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -446,84 +394,3 @@ class PythonInstance:
             if not future.done():
                 future.set_result(error)
         self._senders.clear()
-
-    # -- BLS -------------------------------------------------------------------------------------
-
-    async def _bls(self, message: dict[str, Any]) -> None:
-        """A call from the model to a model of the server, answered whatever happens. A decoupled
-        call (``exec(decoupled=True)``) gets each response as it comes, then an empty final one."""
-        decoupled = bool(message.get("decoupled"))
-        reply: dict[str, Any] = {"op": "bls_response", "bls": message["bls"], "final": not decoupled}
-        try:
-            request = self._bls_request(message)
-            timeout_us = message.get("timeout_us") or 0
-            if decoupled:
-                await self._within(self._bls_stream(message["bls"], request), request, timeout_us)
-            else:
-                response = await self._within(self._answer(request), request, timeout_us)
-                reply["response"], reply["segment"] = self._encode_response(response)
-        except ConchError as exc:
-            reply["response"] = {"error": (exc.message, codes.code_of_error(exc))}
-        except Exception as exc:  # the model must get an answer, never hang
-            log.exception("%s: a BLS call failed", self.spec.label)
-            reply["response"] = {"error": (f"BLS call failed: {type(exc).__name__}", codes.INTERNAL)}
-        finally:
-            self._release_theirs(message.get("segment"))
-        if "response" in reply:
-            self._send(reply)
-        if decoupled:
-            self._send({"op": "bls_response", "bls": message["bls"], "final": True, "response": None})
-
-    async def _bls_stream(self, bls: int, request: InferenceRequest) -> None:
-        if self.inference_stream is None:
-            raise UnavailableError("decoupled BLS calls are not available in this server")
-        async for answer in self.inference_stream(request):
-            reply: dict[str, Any] = {"op": "bls_response", "bls": bls, "final": False}
-            if isinstance(answer, ConchError):
-                reply["response"] = {"error": (answer.message, codes.code_of_error(answer))}
-            else:
-                reply["response"], reply["segment"] = self._encode_response(answer)
-            self._send(reply)
-
-    def _bls_request(self, message: dict[str, Any]) -> InferenceRequest:
-        version = int(message.get("model_version", -1))
-        parameters = json.loads(message.get("parameters") or "{}")
-        if message.get("correlation_id"):
-            parameters["sequence_id"] = message["correlation_id"]
-        if message.get("flags", 0) & 1:
-            parameters["sequence_start"] = True
-        if message.get("flags", 0) & 2:
-            parameters["sequence_end"] = True
-        return InferenceRequest(
-            model_name=message["model_name"],
-            model_version="" if version < 0 else str(version),
-            id=message.get("request_id", ""),
-            inputs=[
-                Tensor(ref.name, ref.datatype, self._segments.view(ref))
-                for ref in map(conch_ipc.as_ref, message["inputs"])
-            ],
-            outputs=[RequestedOutput(name) for name in message["outputs"]],
-            parameters=parameters,
-        )
-
-    async def _answer(self, request: InferenceRequest) -> InferenceResponse:
-        if self.inference is None:
-            raise UnavailableError("BLS is not available in this server")
-        return await self.inference(request)
-
-    @staticmethod
-    async def _within(call: Awaitable[T], request: InferenceRequest, timeout_us: int) -> T:
-        """``call``, given up after ``timeout_us`` microseconds (Triton's BLS ``timeout``; 0: none)."""
-        if timeout_us <= 0:
-            return await call
-        try:
-            return await asyncio.wait_for(call, timeout_us / 1e6)
-        except TimeoutError:
-            raise UnavailableError(
-                f"BLS request to model '{request.model_name}' timed out after {timeout_us} us"
-            ) from None
-
-    def _encode_response(self, response: InferenceResponse) -> tuple[dict[str, Any], str | None]:
-        assert self._pool is not None
-        segment, refs = self._pool.write([(t.name, t.data) for t in response.outputs])
-        return {"outputs": refs, "parameters": json.dumps(response.parameters or {})}, segment
