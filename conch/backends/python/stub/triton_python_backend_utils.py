@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -66,36 +65,12 @@ _NUMPY_OF_NUMBER = {
 #: Set by the stub when the process starts: what BLS, response senders and the logger talk to.
 _runtime: Any = None
 
+# The rest of the API, in modules of their own, under the names models use.
+from pb_errors import TritonError, TritonModelException  # noqa: E402
+from pb_metrics import Metric, MetricFamily  # noqa: E402
+from pb_model_config import ModelConfig  # noqa: E402
 
-# -- errors -----------------------------------------------------------------------------------------
-
-
-class TritonError(Exception):
-    """An error a model returns in a response (or raises); ``code`` is one of the class constants."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        super().__init__(message)
-        self._message = str(message)
-        self._code = int(code)
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> int:
-        return self._code
-
-
-class TritonModelException(Exception):
-    """Raised by this module's calls that fail (and by models, to fail a whole ``execute``)."""
+__all__ = ["Metric", "MetricFamily", "ModelConfig", "TritonError", "TritonModelException"]
 
 
 # -- tensors ----------------------------------------------------------------------------------------
@@ -380,96 +355,6 @@ class Logger:
         Logger.log(message, LogLevel.VERBOSE)
 
 
-# -- custom metrics ---------------------------------------------------------------------------------
-
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_families: dict[str, tuple[int, str]] = {}
-
-
-class MetricFamily:
-    """A metric family the model defines, shown on the server's ``/metrics`` page."""
-
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        if not _METRIC_NAME.fullmatch(name or ""):
-            raise TritonModelException(f"metric family name '{name}' is not a valid Prometheus metric name")
-        if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
-            raise TritonModelException("kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM")
-        known = _families.setdefault(name, (kind, description))
-        if known != (kind, description):
-            raise TritonModelException(
-                f"metric family '{name}' already exists with another kind or description"
-            )
-        self.name = name
-        self.description = description
-        self.kind = kind
-
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
-        return Metric(self, labels or {}, buckets)
-
-
-class Metric:
-    """One metric of a family, by its labels: ``increment``, ``set``, ``observe`` and ``value``.
-
-    ``value()`` is what this process has counted (or last set); the page shows the sum over every
-    process of the model.
-    """
-
-    def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None) -> None:
-        for key in labels:
-            if not _LABEL_NAME.fullmatch(str(key)):
-                raise TritonModelException(f"metric label name '{key}' is not a valid Prometheus label name")
-        if family.kind == MetricFamily.HISTOGRAM and not buckets:
-            raise TritonModelException("a histogram metric needs its buckets")
-        if family.kind != MetricFamily.HISTOGRAM and buckets:
-            raise TritonModelException("only a histogram metric takes buckets")
-        self._family = family
-        self._labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-        self._buckets = tuple(sorted(float(b) for b in buckets or ()))
-        self._value = 0.0
-        self._send("create", 0.0)
-
-    def increment(self, value: float) -> None:
-        if self._family.kind == MetricFamily.HISTOGRAM:
-            raise TritonModelException("a histogram metric is observed, not incremented")
-        if self._family.kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("a counter can only be incremented by a non-negative value")
-        self._value += value
-        self._send("increment", value)
-
-    def set(self, value: float) -> None:
-        if self._family.kind != MetricFamily.GAUGE:
-            raise TritonModelException("only a gauge metric can be set")
-        self._value = float(value)
-        self._send("set", value)
-
-    def observe(self, value: float) -> None:
-        if self._family.kind != MetricFamily.HISTOGRAM:
-            raise TritonModelException("only a histogram metric can observe a value")
-        self._value += value
-        self._send("observe", value)
-
-    def value(self) -> float:
-        return self._value
-
-    def _send(self, action: str, value: float) -> None:
-        if _runtime is not None:
-            family = self._family
-            _runtime.metric(
-                family.name,
-                family.description,
-                family.kind,
-                self._labels,
-                action,
-                float(value),
-                self._buckets,
-            )
-
-
 def get_model_dir() -> str:
     """The model's version folder, where ``model.py`` lies."""
     return str(_runtime.model_dir) if _runtime is not None else ""
@@ -530,94 +415,6 @@ def deserialize_bytes_tensor(encoded_tensor: bytes | np.ndarray) -> np.ndarray:
     raw = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else bytes(encoded_tensor)
     flat = conch_ipc.deserialize_bytes(raw, (-1,))
     return flat
-
-
-# -- auto-complete ----------------------------------------------------------------------------------
-
-
-class ModelConfig:
-    """The model's config (Triton's JSON form) as ``auto_complete_config`` may change it: the batch
-    size, the dynamic batcher, inputs, outputs and the transaction policy."""
-
-    def __init__(self, model_config: str | dict[str, Any]) -> None:
-        self._model_config = json.loads(model_config) if isinstance(model_config, str) else model_config
-        self._model_config.setdefault("input", [])
-        self._model_config.setdefault("output", [])
-        self._model_config.setdefault("max_batch_size", 0)
-
-    def as_dict(self) -> dict[str, Any]:
-        return self._model_config
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        configured = int(self._model_config.get("max_batch_size", 0))
-        if configured > max_batch_size:
-            raise ValueError(
-                f"the config of model '{self._name}' sets max_batch_size {configured}, but its "
-                f"auto_complete_config asks for {max_batch_size}"
-            )
-        self._model_config["max_batch_size"] = max_batch_size
-
-    def set_dynamic_batching(self) -> None:
-        for other in ("sequence_batching", "ensemble_scheduling"):
-            if self._model_config.get(other):
-                raise ValueError(
-                    f"the config of model '{self._name}' uses {other}; its auto_complete_config cannot "
-                    "switch it to dynamic_batching"
-                )
-        self._model_config.setdefault("dynamic_batching", {})
-
-    def add_input(self, input: dict[str, Any]) -> None:
-        self._add("input", input, ("name", "data_type", "dims", "optional"))
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self._add("output", output, ("name", "data_type", "dims"))
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        unknown = set(transaction_policy_dict) - {"decoupled"}
-        if unknown:
-            raise ValueError(f"model_transaction_policy has no field(s) {sorted(unknown)}")
-        current = self._model_config.get("model_transaction_policy", {})
-        wanted = bool(transaction_policy_dict.get("decoupled", False))
-        if "decoupled" in current and bool(current["decoupled"]) != wanted:
-            raise ValueError(
-                f"the config of model '{self._name}' sets decoupled {current['decoupled']}, but its "
-                f"auto_complete_config asks for {wanted}"
-            )
-        self._model_config["model_transaction_policy"] = {"decoupled": wanted}
-
-    @property
-    def _name(self) -> str:
-        return str(self._model_config.get("name", ""))
-
-    def _add(self, role: str, entry: dict[str, Any], allowed: tuple[str, ...]) -> None:
-        if "name" not in entry:
-            raise ValueError(f"an {role} added by auto_complete_config of model '{self._name}' has no 'name'")
-        extra = set(entry) - set(allowed)
-        if extra:
-            raise ValueError(
-                f"{role} '{entry['name']}' of model '{self._name}' has field(s) {sorted(extra)}; "
-                f"only {list(allowed)} can be set"
-            )
-        for required in ("data_type", "dims"):
-            if required not in entry:
-                raise ValueError(f"{role} '{entry['name']}' of model '{self._name}' has no '{required}'")
-        for current in self._model_config[role]:
-            if current.get("name") != entry["name"]:
-                continue
-            declared = current.get("data_type", "TYPE_INVALID")
-            if declared not in ("TYPE_INVALID", entry["data_type"]):
-                raise ValueError(
-                    f"model '{self._name}' {role} '{entry['name']}': the config says {declared}, "
-                    f"auto_complete_config says {entry['data_type']}"
-                )
-            if current.get("dims") and list(current["dims"]) != list(entry["dims"]):
-                raise ValueError(
-                    f"model '{self._name}' {role} '{entry['name']}': the config says dims "
-                    f"{list(current['dims'])}, auto_complete_config says {list(entry['dims'])}"
-                )
-            current.update(entry)
-            return
-        self._model_config[role].append(dict(entry))
 
 
 def _text(value: Any) -> Any:
