@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -24,21 +23,17 @@ import uvicorn
 import uvloop
 from prometheus_client.registry import Collector
 
-from conch.backends.ensemble import EnsembleBuilder
-from conch.backends.kinds import BackendKind
-from conch.backends.python.backend_config import BackendSetting, shared_memory_sizes
-from conch.backends.python.process import ProcessSettings
-from conch.backends.python.stub.conch_ipc import DEFAULT_SEGMENT_BYTES, GROWTH_BYTES
+from conch.backends.python.backend_config import BackendSetting
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.lifecycle.backend_builders import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
-from conch.lifecycle.python_models import PythonBackendSettings, PythonModelBuilder
 from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
@@ -172,17 +167,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         control,
         releases,
     )
-    control.loader.builders[BackendKind.PYTHON] = PythonModelBuilder(
-        PythonBackendSettings(
-            python_process_settings(settings),
-            functools.partial(server.infer, admitted=True),
-            functools.partial(server.infer_stream, admitted=True),
-            asyncio.get_running_loop(),
-        )
-    )
-    control.loader.builders[BackendKind.ENSEMBLE] = EnsembleBuilder(
-        functools.partial(server.infer, admitted=True), repository.models.get
-    )
+    register_backend_builders(control.loader, server, settings.backend_config)
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
     try:
@@ -272,15 +257,6 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
 
 #: Seconds between two judgements of every release's gate.
 RELEASE_CHECK_SECS = 1.0
-
-
-def python_process_settings(settings: ServeSettings) -> ProcessSettings:
-    """How Python models' processes start: the server's interpreter, ``--backend-config`` sizes."""
-    sizes = shared_memory_sizes(settings.backend_config)
-    return ProcessSettings(
-        shm_default_bytes=sizes.get("shm-default-byte-size", DEFAULT_SEGMENT_BYTES),
-        shm_growth_bytes=sizes.get("shm-growth-byte-size", GROWTH_BYTES),
-    )
 
 
 def release_controller(
