@@ -13,9 +13,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from conch import __version__
 from conch.cli.arguments import (
@@ -28,28 +26,18 @@ from conch.cli.arguments import (
     ratio,
     server_name,
 )
+from conch.cli.serve_flags import (
+    backend_flags,
+    breaker_defaults,
+    model_control_flags,
+    resilience_flags,
+    setting,
+)
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
 TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "release", "docs")
 
-
-def _setting(
-    parser: argparse.ArgumentParser, flag: str, parse: Callable[[str], Any], default: str, help: str
-) -> None:
-    """A ``conch serve`` flag whose default ``CONCH_<FLAG>`` can set (``--grpc-acceptors``:
-    ``CONCH_GRPC_ACCEPTORS``).
-
-    The default stays a string, so argparse parses it with ``parse`` exactly as it parses the flag: a
-    bad environment value is refused with the same message and exit status 2.
-    """
-    variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
-    described = f"{help} ({variable}, default {default or 'none'})".lstrip()
-    parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
-
-
-#: Triton's --model-control-mode values (conch.lifecycle.model_control.ControlMode).
-CONTROL_MODES = ("none", "poll", "explicit")
 
 SERVE_DESCRIPTION = (
     "Serve the models of a Triton-style model repository (a folder of <model>/config.pbtxt and "
@@ -76,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="model repository folder, or s3://[host:port/]bucket/prefix, mirrored into --model-cache-dir "
         "(CONCH_REPOSITORY); default: the bundled example repository",
     )
-    _setting(
+    setting(
         serve,
         "--model-cache-dir",
         str,
@@ -84,26 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
         "where an s3:// repository is mirrored, one folder per bucket and prefix (see conch docs "
         "object-storage)",
     )
-    _setting(serve, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
-    _setting(
+    setting(serve, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
+    setting(
         serve,
         "--http-port",
         at_least(0),
         "8000",
         "port of the HTTP/REST API (KServe V2, Triton's extensions)",
     )
-    _setting(
+    setting(
         serve, "--grpc-port", at_least(0), "8001", "port of the gRPC API (KServe V2 GRPCInferenceService)"
     )
-    _setting(serve, "--metrics-port", at_least(0), "8002", "port of the Prometheus metrics, at /metrics")
-    _setting(
+    setting(serve, "--metrics-port", at_least(0), "8002", "port of the Prometheus metrics, at /metrics")
+    setting(
         serve,
         "--strict-readiness",
         boolean,
         "true",
         "ready only when every model is READY, as Triton; false: ready once the server has started",
     )
-    _setting(
+    setting(
         serve,
         "--server-name",
         server_name,
@@ -111,14 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the name the server metadata (GET /v2, gRPC ServerMetadata) gives; a compatibility switch: "
         "'triton' for clients that check for it (the version stays conch's)",
     )
-    _setting(
+    setting(
         serve,
         "--default-max-batch-size",
         at_least(0),
         "4",
         "max_batch_size given to batching models whose config.pbtxt does not set it (auto-complete)",
     )
-    _setting(
+    setting(
         serve,
         "--workers",
         at_least(1),
@@ -126,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "worker processes sharing the ports; raise it when one process cannot keep up with gRPC or "
         "HTTP traffic",
     )
-    _setting(
+    setting(
         serve,
         "--grpc-relay",
         boolean,
@@ -135,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a lone call pays one more hop, and on 2 cores it was no faster under load (see conch docs tuning); "
         "one process only, not with --workers",
     )
-    _setting(
+    setting(
         serve,
         "--busy-poll-us",
         at_least(0),
@@ -144,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "that a client's next request is read without a thread wake-up; 0 turns it off "
         "(see conch docs tuning)",
     )
-    _setting(
+    setting(
         serve,
         "--grpc-acceptors",
         at_least(0),
@@ -152,21 +140,21 @@ def build_parser() -> argparse.ArgumentParser:
         "gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a time, as "
         "grpc.aio does (see conch docs tuning)",
     )
-    _setting(
+    setting(
         serve,
         "--log-level",
         log_level,
         "info",
         f"how much the server logs: {', '.join(LOG_LEVELS)}, in any case; verbose is debug",
     )
-    _setting(
+    setting(
         serve,
         "--log-verbose",
         at_least(0),
         "0",
         "Triton's verbose logging: any N above 0 logs at debug level, whatever --log-level says",
     )
-    _setting(
+    setting(
         serve,
         "--log-format",
         choice(LOG_FORMATS),
@@ -174,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "how log records are written: json (one JSON object per line, with each event's fields), text, "
         "or auto (text when stderr is a terminal, else json)",
     )
-    _setting(
+    setting(
         serve,
         "--health-probe-timeout-ms",
         at_least(1),
@@ -182,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "GET /v2/health/deep: milliseconds each READY model has to answer its probe inference (and the "
         "longest event-loop turn) before the server is unhealthy (see conch docs lifecycle)",
     )
-    _setting(
+    setting(
         serve,
         "--health-max-memory-ratio",
         ratio,
@@ -190,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "GET /v2/health/deep: the share of host memory in use, above 0 and at most 1, beyond which the "
         "server is unhealthy",
     )
-    _setting(
+    setting(
         serve,
         "--health-max-gpu-memory-ratio",
         ratio,
@@ -198,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         "GET /v2/health/deep: the share of each GPU's memory in use (read through NVML), above 0 and at "
         "most 1, beyond which the server is unhealthy",
     )
-    _setting(
+    setting(
         serve,
         "--health-cache-secs",
         at_least(0),
@@ -206,130 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "GET /v2/health/deep: seconds one evaluation is reused, so that probes cannot load the server; "
         "0 evaluates on every call (concurrent calls still share one)",
     )
-    _model_control_flags(serve)
-    _resilience_flags(serve)
+    model_control_flags(serve)
+    backend_flags(serve)
+    resilience_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
-
-
-def _resilience_flags(serve: argparse.ArgumentParser) -> None:
-    """Server-wide circuit-breaker defaults and fallback strategy; a model's parameters override them."""
-    _setting(
-        serve,
-        "--circuit-breaker",
-        boolean,
-        "false",
-        "give every model version a circuit breaker (a model turns its own on with any circuit_breaker.* "
-        "parameter, or off with circuit_breaker.enabled false; see conch docs lifecycle)",
-    )
-    for flag, parse, default, meaning in BREAKER_FLAGS:
-        _setting(serve, flag, parse, default, meaning)
-    _setting(
-        serve,
-        "--fallback-strategy",
-        fallback_strategy,
-        "",
-        "what answers when a model cannot: an ordered subset of MODEL, CPU and BUSINESS joined by ->, such "
-        "as MODEL->CPU->BUSINESS, for models whose FALLBACK_STRATEGY parameter does not say; empty: none",
-    )
-
-
-#: ``--circuit-breaker-*``: the defaults of the ``circuit_breaker.*`` keys (see conch docs lifecycle).
-BREAKER_FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
-    ("--circuit-breaker-failure-rate-threshold", ratio, "0.5", "share of failed calls that opens a circuit"),
-    ("--circuit-breaker-minimum-calls", at_least(1), "20", "calls in the window before a circuit may open"),
-    ("--circuit-breaker-window-calls", at_least(1), "100", "recent calls the failure rate is taken over"),
-    ("--circuit-breaker-slow-call-ms", at_least(0), "0", "a call slower than this counts as slow; 0: off"),
-    ("--circuit-breaker-slow-call-rate-threshold", ratio, "1.0", "share of slow calls that opens a circuit"),
-    ("--circuit-breaker-open-seconds", at_least(1), "30", "seconds an open circuit refuses calls"),
-    ("--circuit-breaker-half-open-calls", at_least(1), "5", "probe calls a half-open circuit lets through"),
-]
-
-
-def breaker_defaults(args: argparse.Namespace) -> Any:
-    """The ``--circuit-breaker-*`` flags as settings; raises ValueError (with the fix) when inconsistent."""
-    from conch.core.errors import ConchError
-    from conch.router.circuit_breaker import CircuitBreakerSettings
-
-    try:
-        return CircuitBreakerSettings(
-            failure_rate_threshold=args.circuit_breaker_failure_rate_threshold,
-            minimum_calls=args.circuit_breaker_minimum_calls,
-            window_calls=args.circuit_breaker_window_calls,
-            slow_call_ms=args.circuit_breaker_slow_call_ms or None,
-            slow_call_rate_threshold=args.circuit_breaker_slow_call_rate_threshold,
-            open_seconds=args.circuit_breaker_open_seconds,
-            half_open_calls=args.circuit_breaker_half_open_calls,
-        )
-    except ConchError as exc:
-        raise ValueError(exc.message.replace("parameters 'circuit_breaker.", "'--circuit-breaker-")) from None
-
-
-def fallback_strategy(text: str) -> str:
-    """A ``MODEL->CPU->BUSINESS`` strategy, checked here so a typo stops the server before it starts."""
-    from conch.core.errors import ConchError
-    from conch.router.strategy import parse_strategy
-
-    try:
-        parse_strategy(text, "--fallback-strategy")
-    except ConchError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return text
-
-
-def _model_control_flags(serve: argparse.ArgumentParser) -> None:
-    """Triton's flags for changing what is served, and for stopping (see conch docs lifecycle)."""
-    _setting(
-        serve,
-        "--model-control-mode",
-        choice(CONTROL_MODES),
-        "none",
-        "none: load the repository once at start; poll: load new, changed and removed model folders every "
-        "--repository-poll-secs; explicit: load only --load-model at start, then through the load and "
-        "unload API (one of " + ", ".join(CONTROL_MODES) + ")",
-    )
-    serve.add_argument(
-        "--backend-config",
-        action="append",
-        type=backend_setting,
-        default=os.environ.get("CONCH_BACKEND_CONFIG", "").split(),
-        metavar="BACKEND,KEY=VALUE",
-        help="a backend's setting, as Triton's: python,shm-default-byte-size=N and "
-        "python,shm-growth-byte-size=N size the shared memory Python models' tensors cross in; repeat "
-        "it for more (CONCH_BACKEND_CONFIG, space-separated; default: 1 MiB each)",
-    )
-    _setting(
-        serve,
-        "--repository-poll-secs",
-        at_least(1),
-        "15",
-        "poll mode: seconds between two scans of the model repository",
-    )
-    serve.add_argument(
-        "--load-model",
-        action="append",
-        default=[name for name in os.environ.get("CONCH_LOAD_MODEL", "").split(",") if name],
-        metavar="NAME",
-        help="explicit mode: a model to load at start; repeat it for more, or * for every model "
-        "(CONCH_LOAD_MODEL, comma-separated; default: none)",
-    )
-    _setting(
-        serve,
-        "--state-dir",
-        str,
-        "",
-        "where releases keep their state across restarts (a volume on Kubernetes); empty: .conch-state "
-        "beside the repository folder (see conch docs releases)",
-    )
-    _setting(
-        serve,
-        "--exit-timeout-secs",
-        at_least(0),
-        "30",
-        "on SIGTERM or SIGINT, seconds the server keeps its ports open (not ready, refusing new "
-        "inferences) for the requests it has to finish before it stops",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
