@@ -36,11 +36,14 @@ log = logging.getLogger(__name__)
 EXTENSIONS = [
     "binary_tensor_data",
     "classification",
+    "sequence",
     "system_shared_memory",
     "model_configuration",
     "statistics",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
+    "parameters",
 ]
 
 

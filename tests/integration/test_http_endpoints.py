@@ -106,7 +106,15 @@ def test_server_metadata_names_conch_and_its_extensions(
     metadata = http_client.get_server_metadata()
     assert metadata["name"] == "conch"
     assert metadata["version"] == conch.__version__
-    for extension in ("binary_tensor_data", "model_configuration", "statistics", "model_repository"):
+    for extension in (
+        "binary_tensor_data",
+        "model_configuration",
+        "statistics",
+        "model_repository",
+        "sequence",
+        "schedule_policy",
+        "parameters",
+    ):
         assert extension in metadata["extensions"]
 
 
