@@ -28,6 +28,7 @@ from conch.observability.events import emit
 from conch.repository import config_validation
 from conch.repository.config import config_to_json
 from conch.repository.model import ModelState, ModelVersion
+from conch.repository.warmup import run_warmup
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 
@@ -84,6 +85,8 @@ class PythonModelBuilder:
                     instance.launch()
                     started.append(instance)
                 instance.initialize()
+            if not config.model_transaction_policy.decoupled:
+                run_warmup(list(instances), config, folder)
         except BaseException:
             for instance in started:
                 instance.stop()

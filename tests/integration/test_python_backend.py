@@ -54,6 +54,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     models.write_python_model(root, "auto", 'name: "auto"\nbackend: "python"\n', models.AUTO_COMPLETE)
     models.write_python_model(root, "args", models.ARGS_CONFIG, models.ARGS)
     models.write_python_model(root, "metrics", models.METRICS_CONFIG, models.METRICS)
+    for name, refuse in (("warmed", False), ("warm_fails", True)):
+        models.write_python_model(
+            root, name, models.WARMED_CONFIG.format(name=name), models.WARMED.format(refuse=refuse)
+        )
     (root / "no_config" / "1").mkdir(parents=True)  # model.py alone: auto-complete makes it a Python model
     (root / "no_config" / "1" / "model.py").write_text(models.AUTO_COMPLETE)
     models.write_python_model(
@@ -298,3 +302,15 @@ def test_custom_metrics_reach_the_metrics_page(
     assert 'test_model_inputs_bucket{le="1.0",model="metrics",version="1"} 1.0' in page
     assert 'test_model_inputs_bucket{le="10.0",model="metrics",version="1"} 2.0' in page
     assert f"test_model_inputs_count{labels} 3.0" in page
+
+
+def test_model_warmup_runs_before_the_first_request(
+    server: ServerProcess, http_client: httpclient.InferenceServerClient
+) -> None:
+    tensor = httpclient.InferInput("IN", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 1), dtype=np.float32))
+    assert int(http_client.infer("warmed", [tensor]).as_numpy("CALLS")[0, 0]) == 4  # 3 warm-up runs first
+    index = {e["name"]: e for e in server.request("POST", "/v2/repository/index").json()}
+    assert index["warm_fails"]["state"] == "UNAVAILABLE"
+    assert "warm-up sample 'zeros' failed" in index["warm_fails"]["reason"]
+    assert "ValueError: zeros are not an input this model takes" in index["warm_fails"]["reason"]

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from conch.backends.python import codes
 from conch.backends.python.bls import BlsLink, Inference, InferenceStream, answer_bls
 from conch.backends.python.connection import LoopConnection
+from conch.backends.python.messages import decode_answer, request_entry
 from conch.backends.python.process import ModelProcess, ProcessSettings
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
@@ -42,18 +42,6 @@ from conch.observability.custom_metrics import CUSTOM_METRICS
 log = logging.getLogger(__name__)
 
 Outcome = dict[str, np.ndarray] | BaseException
-#: Request parameters the protocol reserves: they steer the server and are not the model's.
-RESERVED_PARAMETERS = frozenset(
-    {
-        "sequence_id",
-        "sequence_start",
-        "sequence_end",
-        "priority",
-        "timeout",
-        "binary_data_output",
-        "conch-route-key",
-    }
-)
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 _instance_ids = itertools.count(1)
 
@@ -160,6 +148,32 @@ class PythonInstance:
         self.launch()
         self.initialize()
 
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        """One blocking execution of one request, before the instance serves on the event loop: the
+        config's ``model_warmup`` samples run this way, as for ONNX models."""
+        process = self._running()
+        assert self._pool is not None
+        segment, refs = self._pool.write(list(inputs.items()))
+        entry = request_entry(0, refs, output_names, "", {}, self._model)
+        reply = process.ask({"op": "execute", "call": 0, "segment": segment, "requests": [entry]})
+        if reply.get("release"):
+            self._pool.release(reply["release"])
+        if reply["op"] != "result":
+            raise InternalError(f"{self.spec.label} answered a warm-up request with '{reply['op']}'")
+        timing.compute_input_ns, timing.compute_infer_ns, timing.compute_output_ns = reply["timing"]
+        try:
+            if reply.get("error"):
+                raise InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
+            outcome = self._decode(reply["responses"][0], output_names) if reply["responses"][0] else {}
+        finally:
+            if reply.get("segment"):
+                process.channel.send({"op": "release", "segment": reply["segment"]})
+        if isinstance(outcome, ConchError):
+            raise outcome
+        return outcome
+
     def stop(self) -> None:
         """End the process at once, without ``finalize`` (a failed start, a dead process)."""
         self.serving = False
@@ -198,6 +212,10 @@ class PythonInstance:
 
         threading.Thread(target=finish, name="conch-python-finalize", daemon=True).start()
 
+    @property
+    def _model(self) -> tuple[str, int]:
+        return self.spec.model_name, self.spec.version
+
     def _running(self) -> ModelProcess:
         if self.process is None:
             raise UnavailableError(f"{self.spec.label} has no running process")
@@ -217,7 +235,16 @@ class PythonInstance:
         entries, first = [], 0
         for key, request in zip(keys, requests, strict=True):
             count = len(request.inputs)
-            entries.append(self._entry(key, request, refs[first : first + count]))
+            entries.append(
+                request_entry(
+                    key,
+                    refs[first : first + count],
+                    request.output_names,
+                    request.id,
+                    request.parameters,
+                    self._model,
+                )
+            )
             first += count
             if request.stream is not None:
                 self._streams[key] = request.stream
@@ -242,21 +269,6 @@ class PythonInstance:
             outcomes.append(await self._outcome(key, request, entry))
         return outcomes, timing
 
-    def _entry(self, key: int, request: Any, refs: list[conch_ipc.TensorRef]) -> dict[str, Any]:
-        parameters = request.parameters
-        start, end = bool(parameters.get("sequence_start")), bool(parameters.get("sequence_end"))
-        return {
-            "key": key,
-            "inputs": refs,
-            "outputs": list(request.output_names),
-            "request_id": request.id,
-            "correlation_id": parameters.get("sequence_id", 0),
-            "flags": (1 if start else 0) | (2 if end else 0),
-            "parameters": json.dumps({k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}),
-            "model_name": self.spec.model_name,
-            "model_version": self.spec.version,
-        }
-
     async def _outcome(self, key: int, request: Any, entry: dict[str, Any] | None) -> Outcome:
         if entry is None:
             if self.decoupled:
@@ -269,20 +281,7 @@ class PythonInstance:
         return self._decode(entry, request.output_names)
 
     def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> dict[str, np.ndarray] | ConchError:
-        if entry.get("error"):
-            message, code = entry["error"]
-            return codes.error_of_code(message, code)
-        refs = map(conch_ipc.as_ref, entry.get("outputs", []))
-        outputs = {ref.name: self._segments.copy(ref) for ref in refs}
-        if wanted is None:
-            return outputs
-        missing = [name for name in wanted if name not in outputs]
-        if missing:
-            return InternalError(
-                f"{self.spec.label} returned no output {missing} although the request asked for it; "
-                f"it returned {sorted(outputs)}"
-            )
-        return {name: outputs[name] for name in wanted}
+        return decode_answer(entry, wanted, self._segments, self.spec.label)
 
     # -- messages from the process ---------------------------------------------------------------
 
