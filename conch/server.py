@@ -254,17 +254,7 @@ class InferenceServer:
         self.in_flight.enter()
         error: Exception | None = None
         try:
-            inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
-            if "sequence_id" in request.parameters and not served.config.HasField("sequence_batching"):
-                refuse_sequence_parameters(request.parameters, request.model_name)
-            scheduled = ScheduledRequest(
-                inputs,
-                output_names,
-                request.batch_size(served.config.max_batch_size > 0),
-                request.parameters,
-                in_flight=self.in_flight,
-                id=request.id,
-            )
+            scheduled = self._scheduled(request, served)
             assert served.scheduler is not None
             try:
                 outputs = await served.scheduler.schedule(scheduled)
@@ -296,18 +286,34 @@ class InferenceServer:
             model_version=str(served.version),
             id=request.id,
             outputs=[
-                Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in output_names
+                Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n])
+                for n in scheduled.output_names
             ],
             parameters=route.parameters,
+        )
+
+    def _scheduled(
+        self, request: InferenceRequest, served: ModelVersion, stream: ResponseStream | None = None
+    ) -> ScheduledRequest:
+        """The request checked against the served version's config, on its way to the scheduler."""
+        inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
+        if "sequence_id" in request.parameters and not served.config.HasField("sequence_batching"):
+            refuse_sequence_parameters(request.parameters, request.model_name)
+        return ScheduledRequest(
+            inputs,
+            output_names,
+            request.batch_size(served.config.max_batch_size > 0),
+            request.parameters,
+            in_flight=self.in_flight,
+            id=request.id,
+            stream=stream,
         )
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests for ``name`` go to a decoupled model (answered by :meth:`infer_stream`)."""
         model = self.repository.models.get(name)
-        if model is None or not model.ready_versions:
-            return False
         try:
-            return model.ready_version(version).decoupled
+            return model is not None and bool(model.ready_versions) and model.ready_version(version).decoupled
         except ConchError:
             return False
 
@@ -332,16 +338,8 @@ class InferenceServer:
         stats.pending += 1
         self.in_flight.enter()
         try:
-            inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
             stream = ResponseStream()
-            scheduled = ScheduledRequest(
-                inputs,
-                output_names,
-                request.batch_size(served.config.max_batch_size > 0),
-                request.parameters,
-                id=request.id,
-                stream=stream,
-            )
+            scheduled = self._scheduled(request, served, stream)
             assert served.scheduler is not None
             await served.scheduler.schedule(scheduled)
             async for outputs in stream:
@@ -351,7 +349,8 @@ class InferenceServer:
                 if isinstance(outputs, Exception):
                     yield InternalError(f"model '{request.model_name}' failed: {type(outputs).__name__}")
                     continue
-                names = [n for n in output_names if n in outputs] if request.outputs else list(outputs)
+                wanted = scheduled.output_names
+                names = [n for n in wanted if n in outputs] if request.outputs else list(outputs)
                 yield InferenceResponse(
                     model_name=request.model_name,
                     model_version=str(served.version),

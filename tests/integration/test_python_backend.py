@@ -19,25 +19,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from conch.backends.python.stub import conch_ipc
 from tests.fixtures import python_models as models
 from tests.integration.metrics_scrape import scrape
 from tests.integration.server_process import ServerProcess
 
-NUMPY = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "BYTES": np.object_,
-}
+NUMPY = conch_ipc.NUMPY_OF
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError
-from conch.frontends.classified_outputs import classify_outputs
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.streaming import answer_concurrently
-from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
+from conch.frontends.inference import answer as answer_request
+from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import CUDA_REFUSAL, registry_of
 from conch.shared_memory.tensors import RegionLeases
@@ -207,11 +207,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         leases = RegionLeases(self.regions)
         try:
             request = infer_codec.decode_request(message, leases)
-            if route_key is not None:
-                request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-            response = await self.server.infer(request, endpoint="ModelInfer RPC")
-            classify_outputs(self.server.repository, request, response)
-            leases.write_outputs(request, response)
+            response = await answer_request(self.server, request, leases, "ModelInfer RPC", route_key)
         finally:
             leases.release()
         return infer_codec.encode_response(response, request)

@@ -14,11 +14,11 @@ import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceResponse
-from conch.frontends.classified_outputs import classify_outputs
 from conch.frontends.http import generate, infer_codec, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
+from conch.frontends.inference import answer as answer_request
 from conch.lifecycle.deep_health import DeepHealth
-from conch.router.release_split import ROUTE_KEY_HEADER, ROUTE_KEY_PARAMETER
+from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import registry_of
 from conch.shared_memory.tensors import RegionLeases
@@ -252,11 +252,7 @@ class HttpFrontend:
         try:
             request = infer_codec.decode_request(body, header_length, name, version, leases)
             route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
-            if route_key is not None:
-                request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
-            response = await self.server.infer(request, endpoint="HTTP end point")
-            classify_outputs(self.server.repository, request, response)
-            leases.write_outputs(request, response)
+            response = await answer_request(self.server, request, leases, "HTTP end point", route_key)
         finally:
             leases.release()
         payload, json_length = infer_codec.encode_response(response, request)
