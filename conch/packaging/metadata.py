@@ -10,6 +10,9 @@ completed by ``conch package`` (its SemVer) and ``conch install`` (its numeric v
   ``warmup/*``), keyed relative to the model folder. An operator may tune ``config.pbtxt`` later, so
   for a served model a mismatch here is worth a warning, while a package must match exactly.
 
+Each checksum names its algorithm, ``sha256:<hex>``, as OCI digests do, so that a later algorithm can
+be told from this one; a bare hex digest (what conch wrote before) is read as sha256.
+
 The JSON is written with sorted keys and a fixed layout so that the same metadata gives the same bytes
 (packages are reproducible).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +30,8 @@ from typing import Any
 from conch.repository.warmup import WARMUP_FOLDER
 
 METADATA_FILENAME = "metadata.json"
+DIGEST_ALGORITHM = "sha256"
+_BARE_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 METADATA_FORMAT = "conch.model-metadata/1"
 CONFIG_FILENAME = "config.pbtxt"
 
@@ -137,16 +143,23 @@ def _tensors(body: dict[str, Any], name: str) -> list[TensorSchema]:
 
 
 def sha256_chunks(chunks: Iterable[bytes]) -> str:
-    """sha256 of data read in pieces (a file, a tar member), so no file is held whole in memory."""
+    """``sha256:<hex>`` of data read in pieces (a file, a tar member), so no file is held whole in memory."""
     digest = hashlib.sha256()
     for chunk in chunks:
         digest.update(chunk)
-    return digest.hexdigest()
+    return f"{DIGEST_ALGORITHM}:{digest.hexdigest()}"
 
 
 def sha256_file(path: Path) -> str:
     with path.open("rb") as stream:
         return sha256_chunks(iter(lambda: stream.read(1 << 20), b""))
+
+
+def normalized_digest(digest: str) -> str:
+    """``digest`` with its algorithm named: a bare 64-digit hex (older metadata) is sha256."""
+    if ":" not in digest and _BARE_SHA256.fullmatch(digest):
+        return f"{DIGEST_ALGORITHM}:{digest.lower()}"
+    return digest
 
 
 def version_file_checksums(version_dir: Path) -> dict[str, str]:
@@ -176,8 +189,13 @@ def mismatched_files(expected: dict[str, str], actual: dict[str, str]) -> dict[s
             problems[name] = "listed but missing"
         elif name not in expected:
             problems[name] = "present but not listed"
-        elif expected[name] != actual[name]:
-            problems[name] = "sha256 differs"
+        else:
+            wanted = normalized_digest(str(expected[name]))
+            algorithm, _, _ = wanted.rpartition(":")
+            if algorithm not in ("", DIGEST_ALGORITHM):
+                problems[name] = f"checksum algorithm '{algorithm}' is not supported (use {DIGEST_ALGORITHM})"
+            elif wanted != normalized_digest(actual[name]):
+                problems[name] = "sha256 differs"
     return problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -129,3 +130,17 @@ def test_checksums_and_what_differs(tmp_path: Path) -> None:
     }
     (model / "warmup" / "age").unlink()
     assert mismatched_files(model_files, model_file_checksums(model)) == {"warmup/age": "listed but missing"}
+
+
+def test_checksums_name_their_algorithm_and_bare_hex_still_matches(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"graph")
+    digest = version_file_checksums(tmp_path)["model.onnx"]
+    hex_digest = hashlib.sha256(b"graph").hexdigest()
+    assert digest == f"sha256:{hex_digest}"
+    actual = {"model.onnx": digest}
+    assert mismatched_files({"model.onnx": hex_digest}, actual) == {}
+    assert mismatched_files({"model.onnx": hex_digest.upper()}, actual) == {}
+    assert mismatched_files({"model.onnx": "sha256:" + "0" * 64}, actual) == {"model.onnx": "sha256 differs"}
+    assert mismatched_files({"model.onnx": "md5:" + "0" * 32}, actual) == {
+        "model.onnx": "checksum algorithm 'md5' is not supported (use sha256)"
+    }

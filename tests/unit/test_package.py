@@ -73,7 +73,7 @@ def test_metadata_gets_the_package_version_and_checksums_of_the_packaged_files(
     assert metadata.package_version == "2.1.0"
     assert metadata.version == 1
     sha = {
-        name: hashlib.sha256(member_bytes(package, name)).hexdigest()
+        name: "sha256:" + hashlib.sha256(member_bytes(package, name)).hexdigest()
         for name in members(package)
         if members(package)[name].isfile()
     }
