@@ -100,12 +100,14 @@ def write_triton_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
 
 
 def python_backend_models(name: str, onnx_callee: bool) -> list[str]:
-    """The models :func:`write_python_backend_repository` writes for the ``name`` ONNX file:
-    ``name``_python (ONNX Runtime in ``model.py``), ``name``_bls (a BLS model calling
-    it) and, with ``onnx_callee``, ``name``_onnx (the ONNX file served natively) and ``name``_bls_onnx
-    (the BLS model calling that)."""
-    models = [f"{name}_python", f"{name}_bls"]
-    return [*models, f"{name}_onnx", f"{name}_bls_onnx"] if onnx_callee else models
+    """The models :func:`write_python_backend_repository` writes for the ``name`` ONNX file, in the
+    order they are measured: ``name``_python (ONNX Runtime in ``model.py``), with ``onnx_callee``
+    ``name``_onnx (the ONNX file served natively), then the BLS models, ``name``_bls (calling
+    ``name``_python) and with ``onnx_callee`` ``name``_bls_onnx (calling ``name``_onnx). BLS comes
+    last, so what a BLS run leaves behind in a server cannot slow the plain models."""
+    if onnx_callee:
+        return [f"{name}_python", f"{name}_onnx", f"{name}_bls", f"{name}_bls_onnx"]
+    return [f"{name}_python", f"{name}_bls"]
 
 
 def write_python_backend_repository(root: Path, names: Iterable[str], onnx_callee: bool) -> Path:

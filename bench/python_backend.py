@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,6 +53,9 @@ from bench.servers import ServerError, ServerProcess, measure_between
 
 PROTOCOLS = ("http_pa", "grpc")
 WARMUP_S = 1.0
+#: Before each server starts, wait up to QUIET_WAIT_S for the cores to be less busy than this.
+QUIET = 0.15
+QUIET_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ def run_side(
     seconds: float,
 ) -> None:
     """Start one server, measure every model, stop it; failures become row notes, never exceptions."""
-    busy = f"cores {other_load():.0%} busy with other jobs just before it started"
+    busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
     print(f"{side.key}: {busy}", flush=True)
     try:
         server = side.serve(repository, workdir)
@@ -167,6 +171,17 @@ def run_side(
             row.note = note
     finally:
         keep_log(workdir / f"{side.key}.log")
+
+
+def quiet_cores(busy: float = QUIET, wait_s: float = QUIET_WAIT_S) -> float:
+    """How busy the cores are, after waiting up to ``wait_s`` for them to drop under ``busy``: the last
+    server's processes and ONNX Runtime's spinning threads take a few seconds to go, and another job's
+    burst may pass."""
+    deadline = time.monotonic() + wait_s
+    load = other_load()
+    while load > busy and time.monotonic() < deadline:
+        load = other_load()
+    return load
 
 
 def measure_model(
@@ -217,7 +232,9 @@ def describe_method(seconds: float, names: Sequence[str], rounds: int) -> list[s
     return [
         f"{rounds} round(s); each round starts, measures and stops conch and Triton one after the other, "
         "the order reversed every other round (conch first in odd rounds); every ratio pairs the two "
-        "servers' figures of one round",
+        "servers' figures of one round; before each server starts, up to "
+        f"{QUIET_WAIT_S:g} s of waiting for the cores to be under {QUIET:.0%} busy (the figure it started "
+        "with is under Machine)",
         f"the same files on both: `model.py` from `bench/peer_code/` (`triton_model.py`, `bls_model.py`), "
         f"`max_batch_size: {MAX_BATCH_SIZE}`, `dynamic_batching {{ max_queue_delay_microseconds: "
         f"{MAX_QUEUE_DELAY_US} }}`, one KIND_CPU instance per model (what a user sets on 2 cores); "
