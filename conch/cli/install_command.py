@@ -24,19 +24,66 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--version", type=int, metavar="N", help="numeric version to install as (default: the next free one)"
     )
+    parser.add_argument(
+        "--verify",
+        type=Path,
+        metavar="KEY",
+        help="refuse the package unless it is signed by this Ed25519 public key (PEM)",
+    )
+    parser.add_argument(
+        "--max-unpacked-bytes",
+        type=_byte_count,
+        metavar="BYTES",
+        help="refuse a package whose files unpack to more than this; K, M, G suffixes are powers of "
+        "1024 (default: 16G)",
+    )
+    parser.add_argument(
+        "--max-members",
+        type=_positive,
+        metavar="N",
+        help="refuse a package of more than N files and folders (default: 10000)",
+    )
     parser.set_defaults(run=run)
 
 
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _byte_count(text: str) -> int:
+    """``1048576``, ``512M``, ``16G``: a size in bytes (suffixes are powers of 1024, ``B``/``iB`` allowed)."""
+    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, suffix = (cleaned[:-1], cleaned[-1]) if cleaned[-1:] in _SUFFIXES else (cleaned, "")
+    if not number.isdigit() or int(number) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size: use bytes, or 512M, 16G")
+    return int(number) * _SUFFIXES[suffix]
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return int(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    from conch.packaging.archive import PackageError
+    from conch.packaging.archive import PackageError, UnpackLimits
     from conch.packaging.install import install_package
+    from conch.packaging.signing import load_verify_key
 
     usage_error = _usage_error(args)
     if usage_error:
         print(f"conch install: {usage_error}", file=sys.stderr)
         return 2
     try:
-        installed = install_package(args.package, args.repository, args.version)
+        key = load_verify_key(args.verify) if args.verify is not None else None
+    except PackageError as exc:
+        print(f"conch install: {exc}", file=sys.stderr)
+        return 2
+    # The defaults live in UnpackLimits; importing them here would import the packaging code (and
+    # tritonclient) whenever any conch command's flags are parsed.
+    chosen = {"max_unpacked_bytes": args.max_unpacked_bytes, "max_members": args.max_members}
+    limits = UnpackLimits(**{name: value for name, value in chosen.items() if value is not None})
+    try:
+        installed = install_package(args.package, args.repository, args.version, limits, key)
     except PackageError as exc:
         print(f"conch install: refused {args.package}: {exc}", file=sys.stderr)
         return 1
@@ -44,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         f"installed {installed.name} {installed.package_version} as version {installed.version} "
         f"in {installed.version_dir}"
     )
+    if installed.verified_by is not None:
+        print(f"signature verified: signed by key {installed.verified_by}")
     if installed.model_files_replaced:
         print(f"config.pbtxt and warm-up files of '{installed.name}' now come from the package")
     return 0
@@ -58,4 +107,6 @@ def _usage_error(args: argparse.Namespace) -> str:
         return f"repository '{args.repository}': its parent folder does not exist"
     if args.version is not None and args.version < 1:
         return f"--version {args.version} is not a version number: use 1 or more"
+    if args.verify is not None and not args.verify.is_file():
+        return f"verify key '{args.verify}' is not a file"
     return ""

@@ -34,6 +34,12 @@ def add_parser(commands: Any) -> None:
         metavar="N",
         help="numeric version folder to package (default: the highest)",
     )
+    parser.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="sign the package with this Ed25519 private key (PEM), for `conch install --verify`",
+    )
     parser.set_defaults(run=run)
 
 
@@ -48,14 +54,23 @@ def _semver(text: str) -> SemVer:
 def run(args: argparse.Namespace) -> int:
     from conch.packaging.archive import PackageError
     from conch.packaging.package import package_model
+    from conch.packaging.signing import load_signing_key
 
     if not args.model_dir.is_dir():
         print(f"conch package: '{args.model_dir}' is not a model folder", file=sys.stderr)
         return 2
+    if args.sign is not None and not args.sign.is_file():
+        print(f"conch package: signing key '{args.sign}' is not a file", file=sys.stderr)
+        return 2
     try:
-        written = package_model(args.model_dir, args.version, args.output, args.model_version)
+        key = load_signing_key(args.sign) if args.sign is not None else None
+        written = package_model(args.model_dir, args.version, args.output, args.model_version, key)
     except PackageError as exc:
         print(f"conch package: {exc}", file=sys.stderr)
         return 1
     print(f"packaged {args.model_dir.resolve().name} {args.version} as {written}")
+    if key is not None:
+        from conch.packaging.signing import key_id
+
+        print(f"signed with key {key_id(key.public_key())}")
     return 0

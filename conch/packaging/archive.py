@@ -6,6 +6,7 @@ Layout (one top folder, so ``tar xzf`` never spills and the result is a servable
     <name>/warmup/...            (when the model has warm-up files)
     <name>/1/metadata.json
     <name>/1/model.onnx ...      (every file of the packaged version)
+    <name>/signature.json        (when signed: see :mod:`conch.packaging.signing`)
 
 The version folder is always ``1`` inside a package: a package is a release, not a slot in someone's
 repository; ``conch install`` gives it the next free number there.
@@ -14,6 +15,12 @@ Writing: the same files give the same bytes (sorted members, mtime 0, uid/gid 0,
 0644/0755, PAX format, a gzip header with neither mtime nor file name), so a package can be checked
 against a rebuild. Reading: only regular files and folders with relative paths inside the layout pass;
 anything else (links, devices, fifos, absolute paths, ``..``, a member twice) is refused before use.
+
+Decompression bombs: a few kilobytes of gzip can unpack to terabytes, or to millions of empty members.
+:class:`UnpackLimits` caps both, checked on each member's header before its content is read, so a bomb
+is refused after reading its headers and writing nothing. The tar stream itself is read through
+:class:`_BoundedStream`, which stops at the cap plus room for headers, because ``tarfile`` reads a
+PAX or GNU long-name header whole into memory, whatever size it claims.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import IO
 from conch.packaging.metadata import CONFIG_FILENAME, WARMUP_FOLDER
 
 PACKAGE_VERSION_FOLDER = "1"
+SIGNATURE_FILENAME = "signature.json"
 # A model name becomes a folder in someone else's repository: no separators, no leading '.' (hidden,
 # and skipped by the server) or '-' (read as an option by shells' tools).
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -55,6 +63,63 @@ _MEMBER_KINDS = {
 
 class PackageError(Exception):
     """A package cannot be made or installed; the message says what is wrong and what to do."""
+
+
+# A model of tens of gigabytes (ONNX external data) fits; a bomb meant to fill the disk does not.
+DEFAULT_MAX_UNPACKED_BYTES = 16 << 30
+# A model version is a handful of files; a package of 10,000 members is already a strange one.
+DEFAULT_MAX_MEMBERS = 10_000
+# Room per member for its tar header, PAX header and padding, beyond the files' own bytes.
+_HEADER_ROOM = 8 << 10
+
+
+@dataclass(frozen=True)
+class UnpackLimits:
+    """What a package may unpack to: its files' bytes in all, and its number of members (folders too)."""
+
+    max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+    max_members: int = DEFAULT_MAX_MEMBERS
+
+    def stream_bytes(self) -> int:
+        """The most the decompressed tar stream may hold: the files, headers and the end-of-archive."""
+        return self.max_unpacked_bytes + (self.max_members + 2) * _HEADER_ROOM
+
+
+class _BoundedStream(io.RawIOBase):
+    """The decompressed stream, refused once ``limit`` bytes are passed; ``tarfile`` reads and seeks it."""
+
+    def __init__(self, inner: gzip.GzipFile, limit: int) -> None:
+        super().__init__()
+        self._inner, self._limit = inner, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        room = self._limit - self._inner.tell() + 1  # one byte past the limit proves it was passed
+        wanted = room if size is None or size < 0 else min(size, room)
+        data = self._inner.read(wanted)
+        if self._inner.tell() > self._limit:
+            raise _StreamTooLarge(self._limit)
+        return data
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        position = self._inner.seek(offset, whence)
+        if position > self._limit:
+            raise _StreamTooLarge(self._limit)
+        return position
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+
+class _StreamTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
 
 
 def check_model_name(name: str) -> None:
@@ -118,33 +183,65 @@ def _add_member(archive: tarfile.TarFile, name: str, source: Path | bytes | None
 
 
 @contextmanager
-def read_package(path: Path) -> Iterator[Iterator[PackageMember]]:
+def read_package(path: Path, limits: UnpackLimits | None = None) -> Iterator[Iterator[PackageMember]]:
     """The members of the package at ``path``, each checked as it is reached; read them in order.
 
     Any damage to the gzip or tar stream, met on opening or later while a member is read inside the
-    ``with`` block, becomes a :class:`PackageError`.
+    ``with`` block, becomes a :class:`PackageError`, and so does passing one of ``limits``.
     """
+    limits = limits or UnpackLimits()
     try:
         # Opened outside the `with` so that errors on opening (a folder, no permission) are told apart
         # from damage met later, when OSError may come from the caller's own writing.
-        archive = tarfile.open(path, "r:gz")  # noqa: SIM115
-    except (*_READ_ERRORS, OSError) as exc:
+        compressed = gzip.GzipFile(path, "rb")
+    except OSError as exc:
         raise _unreadable(path, exc) from None
-    with archive:
+    try:
+        bounded = _BoundedStream(compressed, limits.stream_bytes())
+        archive = tarfile.open(fileobj=bounded, mode="r:")  # type: ignore[call-overload]  # noqa: SIM115
+    except _StreamTooLarge as exc:
+        compressed.close()
+        raise _too_large(path, exc.limit) from None
+    except (*_READ_ERRORS, OSError) as exc:
+        compressed.close()
+        raise _unreadable(path, exc) from None
+    with compressed, archive:
         try:
-            yield _checked_members(archive)
+            yield _checked_members(archive, limits)
         except _READ_ERRORS as exc:
             raise _unreadable(path, exc) from None
+        except _StreamTooLarge as exc:
+            raise _too_large(path, exc.limit) from None
+
+
+def _too_large(path: Path, limit: int) -> PackageError:
+    return PackageError(
+        f"{path.name} unpacks to more than {limit} bytes of tar stream (a decompression bomb?): "
+        "raise --max-unpacked-bytes if the package is trusted and really that large"
+    )
 
 
 def _unreadable(path: Path, exc: Exception) -> PackageError:
     return PackageError(f"{path.name} is not a readable .tar.gz package ({exc})")
 
 
-def _checked_members(archive: tarfile.TarFile) -> Iterator[PackageMember]:
+def _checked_members(archive: tarfile.TarFile, limits: UnpackLimits) -> Iterator[PackageMember]:
     seen: set[PurePosixPath] = set()
     top = ""
-    for member in archive:
+    unpacked = 0
+    for count, member in enumerate(archive, start=1):
+        if count > limits.max_members:
+            raise PackageError(
+                f"the package has more than {limits.max_members} members (a decompression bomb?): "
+                "raise --max-members if the package is trusted and really holds that many"
+            )
+        unpacked += member.size if member.isfile() else 0
+        if unpacked > limits.max_unpacked_bytes:
+            raise PackageError(
+                f"the package unpacks to more than {limits.max_unpacked_bytes} bytes, reached at member "
+                f"'{member.name}' (a decompression bomb?): raise --max-unpacked-bytes if the package is "
+                "trusted and really that large"
+            )
         path = _safe_path(member)
         if path in seen:
             raise PackageError(f"member '{member.name}' appears twice in the package")
@@ -177,7 +274,7 @@ def _layout_place(name: str, path: PurePosixPath, top: str, is_folder: bool) -> 
     head = place.parts[0] if place.parts else ""
     if path.parts[0] == top and (
         (head == "" and is_folder)
-        or (place == PurePosixPath(CONFIG_FILENAME) and not is_folder)
+        or (place in (PurePosixPath(CONFIG_FILENAME), PurePosixPath(SIGNATURE_FILENAME)) and not is_folder)
         or (head in (WARMUP_FOLDER, PACKAGE_VERSION_FOLDER) and (is_folder or len(place.parts) > 1))
     ):
         return place

@@ -1,7 +1,8 @@
 """``conch install``: a verified package becomes the next numeric version of its model, atomically.
 
-Two passes over the package. The first writes nothing: member types and paths (see
-:mod:`conch.packaging.archive`), ``metadata.json``, every file's sha256 against ``files`` and
+Two passes over the package. The first writes nothing: member types and paths, the unpacked size and
+member count (see :mod:`conch.packaging.archive`), with a key the signature over ``metadata.json`` (see
+:mod:`conch.packaging.signing`), ``metadata.json``, every file's sha256 against ``files`` and
 ``model_files`` (nothing unlisted), the model name and ``config.pbtxt``. Then the MAJOR rule (see
 :mod:`conch.packaging.upgrade`). The second pass extracts into a hidden staging folder beside the
 final place (same filesystem; ignored by ``conch serve``), checks the staged files again, and renames
@@ -21,8 +22,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from conch.core.errors import ConchError
-from conch.packaging.archive import PACKAGE_VERSION_FOLDER, PackageError, check_model_name, read_package
+from conch.packaging.archive import (
+    PACKAGE_VERSION_FOLDER,
+    SIGNATURE_FILENAME,
+    PackageError,
+    UnpackLimits,
+    check_model_name,
+    read_package,
+)
 from conch.packaging.metadata import (
     CONFIG_FILENAME,
     METADATA_FILENAME,
@@ -36,6 +46,7 @@ from conch.packaging.metadata import (
 )
 from conch.packaging.placing import place_staged_model
 from conch.packaging.semver import SemVer, SemVerError, parse_semver
+from conch.packaging.signing import key_id, verify_metadata
 from conch.packaging.upgrade import check_upgrade
 from conch.repository.config import parse_config
 from conch.repository.version_policy import next_version, version_folders
@@ -52,6 +63,9 @@ class VerifiedPackage:
     path: Path
     metadata: ModelMetadata
     semver: SemVer
+    limits: UnpackLimits
+    #: The id of the key whose signature was checked; None when install was not asked to verify.
+    verified_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,16 +78,24 @@ class Installation:
     version: int
     version_dir: Path
     model_files_replaced: bool
+    verified_by: str | None = None
 
 
-def install_package(package: Path, repository: Path, version: int | None = None) -> Installation:
+def install_package(
+    package: Path,
+    repository: Path,
+    version: int | None = None,
+    limits: UnpackLimits | None = None,
+    verify_key: Ed25519PublicKey | None = None,
+) -> Installation:
     """Install ``package`` into ``repository`` as ``version`` (default: the next free number).
 
     A missing ``repository`` folder (whose parent exists) is created once the package is verified.
+    With ``verify_key``, the package must be signed by it.
 
     Raises :class:`PackageError` for a package that is refused; the repository is then unchanged.
     """
-    verified = verify_package(package)
+    verified = verify_package(package, limits, verify_key)
     name = verified.metadata.name
     model_dir = repository / name
     if model_dir.exists() and not model_dir.is_dir():
@@ -89,13 +111,21 @@ def install_package(package: Path, repository: Path, version: int | None = None)
         raise PackageError(
             f"could not install into {repository} ({exc}); the repository is unchanged"
         ) from None
-    return Installation(name, str(verified.semver), number, model_dir / str(number), replaced)
+    return Installation(
+        name, str(verified.semver), number, model_dir / str(number), replaced, verified.verified_by
+    )
 
 
-def verify_package(path: Path) -> VerifiedPackage:
+def verify_package(
+    path: Path, limits: UnpackLimits | None = None, verify_key: Ed25519PublicKey | None = None
+) -> VerifiedPackage:
     """Read the whole package and check it, writing nothing; raises :class:`PackageError` if refused."""
-    top, digests, small_files = _read_package(path)
-    metadata, semver = _package_metadata(small_files.get(_METADATA_PLACE), path)
+    limits = limits or UnpackLimits()
+    top, digests, small_files = _read_package(path, limits)
+    metadata_bytes = small_files.get(_METADATA_PLACE)
+    metadata, semver = _package_metadata(metadata_bytes, path)
+    if verify_key is not None and metadata_bytes is not None:
+        verify_metadata(metadata_bytes, small_files.get(SIGNATURE_FILENAME), verify_key, path.name)
     check_model_name(metadata.name)
     if top != metadata.name:
         raise PackageError(
@@ -109,21 +139,25 @@ def verify_package(path: Path) -> VerifiedPackage:
     model_files = {p: d for p, d in digests.items() if not p.startswith(_VERSION_PREFIX)}
     _refuse_mismatches(metadata, version_files, model_files, f"{path.name} fails its checksums")
     _check_config(small_files.get(CONFIG_FILENAME), metadata.name)
-    return VerifiedPackage(path, metadata, semver)
+    verified_by = key_id(verify_key) if verify_key is not None else None
+    return VerifiedPackage(path, metadata, semver, limits, verified_by)
 
 
-def _read_package(path: Path) -> tuple[str, dict[str, str], dict[str, bytes]]:
-    """The top folder, each file's sha256 by place, and the bytes of metadata.json and config.pbtxt."""
+def _read_package(path: Path, limits: UnpackLimits) -> tuple[str, dict[str, str], dict[str, bytes]]:
+    """The top folder, each file's sha256 by place, and the bytes of metadata.json, config.pbtxt and
+    signature.json (which the metadata does not list: it signs the metadata)."""
     top = ""
     digests: dict[str, str] = {}
     small_files: dict[str, bytes] = {}
-    with read_package(path) as members:
+    with read_package(path, limits) as members:
         for member in members:
             top = member.top
             if member.content is None:
                 continue
             place = member.place.as_posix()
-            if place in (_METADATA_PLACE, CONFIG_FILENAME):
+            if place == SIGNATURE_FILENAME:
+                small_files[place] = b"".join(member.chunks())
+            elif place in (_METADATA_PLACE, CONFIG_FILENAME):
                 small_files[place] = b"".join(member.chunks())
                 digests[place] = sha256_chunks([small_files[place]])
             else:
@@ -213,12 +247,15 @@ def _stage_and_commit(verified: VerifiedPackage, model_dir: Path, number: int, f
 
 
 def _extract(verified: VerifiedPackage, staged: Path) -> None:
-    """Write the package's members under ``staged``; only plain files and folders, never a link."""
+    """Write the package's members under ``staged``; only plain files and folders, never a link, and
+    not the signature, whose work is done."""
     staged.mkdir()
-    with read_package(verified.path) as members:
+    with read_package(verified.path, verified.limits) as members:
         for member in members:
             if member.top != verified.metadata.name:
                 raise PackageError(f"{verified.path.name} changed while it was installed")
+            if member.place.as_posix() == SIGNATURE_FILENAME:
+                continue
             target = staged.joinpath(*member.place.parts)
             if member.content is None:
                 target.mkdir(parents=True, exist_ok=True)

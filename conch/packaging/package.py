@@ -4,6 +4,8 @@ Only a version that ``conch export`` made (it has a ``metadata.json``) and that 
 is packaged: a package is the unit an operator installs without looking inside, so it must carry its own
 proof of what it is. The packaged ``metadata.json`` gets the SemVer ``package_version`` and checksums
 recomputed over exactly the files in the package; see :mod:`conch.packaging.archive` for the layout.
+With a key, the package also carries a signature over that ``metadata.json`` (see
+:mod:`conch.packaging.signing`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from conch.packaging.archive import (
     PACKAGE_VERSION_FOLDER,
+    SIGNATURE_FILENAME,
     PackageError,
     check_model_name,
     package_members,
@@ -29,6 +34,7 @@ from conch.packaging.metadata import (
     version_file_checksums,
 )
 from conch.packaging.semver import SemVer
+from conch.packaging.signing import sign_metadata
 from conch.repository.version_policy import version_folders
 from conch.validation import validate_model
 
@@ -39,11 +45,16 @@ def package_file_name(name: str, version: SemVer) -> str:
 
 
 def package_model(
-    model_dir: Path, version: SemVer, output: Path | None = None, model_version: int | None = None
+    model_dir: Path,
+    version: SemVer,
+    output: Path | None = None,
+    model_version: int | None = None,
+    sign_key: Ed25519PrivateKey | None = None,
 ) -> Path:
     """Package ``model_version`` (default: the highest) of the model in ``model_dir``; returns the file.
 
-    ``output`` defaults to :func:`package_file_name` in the current folder. Raises
+    ``output`` defaults to :func:`package_file_name` in the current folder; with ``sign_key`` the
+    package is signed. Raises
     :class:`PackageError` for a model that cannot be packaged, before anything is written.
     """
     name = model_dir.resolve().name
@@ -63,7 +74,8 @@ def package_model(
     )
     target = output or Path.cwd() / package_file_name(name, version)
     try:
-        write_package(target, package_members(_package_files(model_dir, version_dir, packaged), name))
+        files = _package_files(model_dir, version_dir, packaged, sign_key)
+        write_package(target, package_members(files, name))
     except OSError as exc:
         raise PackageError(f"could not write {target} ({exc})") from None
     return target
@@ -127,10 +139,13 @@ def _refuse_invalid(model_dir: Path) -> None:
 
 
 def _package_files(
-    model_dir: Path, version_dir: Path, packaged: ModelMetadata
+    model_dir: Path, version_dir: Path, packaged: ModelMetadata, sign_key: Ed25519PrivateKey | None
 ) -> list[tuple[str, Path | bytes]]:
     """Each file's place under the package's top folder and where its bytes come from."""
     files: list[tuple[str, Path | bytes]] = [(place, model_dir / place) for place in packaged.model_files]
     files += [(f"{PACKAGE_VERSION_FOLDER}/{place}", version_dir / place) for place in packaged.files]
-    files.append((f"{PACKAGE_VERSION_FOLDER}/{METADATA_FILENAME}", packaged.to_json().encode("utf-8")))
+    metadata = packaged.to_json().encode("utf-8")
+    files.append((f"{PACKAGE_VERSION_FOLDER}/{METADATA_FILENAME}", metadata))
+    if sign_key is not None:
+        files.append((SIGNATURE_FILENAME, sign_metadata(metadata, sign_key).to_json()))
     return files
