@@ -15,6 +15,8 @@ class ErrorKind(enum.Enum):
     """The kinds of failure the V2 protocol distinguishes, with their HTTP status."""
 
     INVALID_ARGUMENT = 400
+    UNAUTHENTICATED = 401
+    PERMISSION_DENIED = 403
     NOT_FOUND = 404
     RATE_LIMITED = 429
     INTERNAL = 500
@@ -29,10 +31,14 @@ class ConchError(Exception):
     """Base class of every error conch reports to a client."""
 
     kind: ErrorKind = ErrorKind.INTERNAL
+    #: The kind gRPC reports where Triton's gRPC answer differs from its HTTP one; None: ``kind``.
+    grpc_kind: ErrorKind | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.message = message
+        #: HTTP response headers the answer needs (``WWW-Authenticate``, ``Retry-After``), lowercase names.
+        self.headers = headers
 
 
 class InvalidArgumentError(ConchError):
@@ -45,6 +51,24 @@ class NotFoundError(ConchError):
     """Unknown model or version (HTTP 404)."""
 
     kind = ErrorKind.NOT_FOUND
+
+
+class UnauthenticatedError(ConchError):
+    """No credentials, or credentials the server does not accept (HTTP 401, gRPC UNAUTHENTICATED)."""
+
+    kind = ErrorKind.UNAUTHENTICATED
+
+
+class PermissionDeniedError(ConchError):
+    """Valid credentials that do not allow this call (HTTP 403, gRPC PERMISSION_DENIED)."""
+
+    kind = ErrorKind.PERMISSION_DENIED
+
+
+class RateLimitedError(ConchError):
+    """The client sent more than its rate allows (HTTP 429, gRPC RESOURCE_EXHAUSTED)."""
+
+    kind = ErrorKind.RATE_LIMITED
 
 
 class UnavailableError(ConchError):
