@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,6 +31,8 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.gateway.gateway import GatewaySettings
+from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
@@ -38,6 +41,7 @@ from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
+from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollector, RequestCodesCollector
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
@@ -83,6 +87,8 @@ class ServeSettings:
     state_dir: str = ""
     #: ``--backend-config`` entries (the Python backend's shared memory sizes).
     backend_config: tuple[BackendSetting, ...] = ()
+    #: Auth, restricted APIs, client rate limits and the in-flight cap (all off by default).
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -168,6 +174,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         releases,
     )
     register_backend_builders(control.loader, server, settings.backend_config)
+    codes = AnswerCodes()
+    try:
+        gateway = gateway_for(settings.gateway, server)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay = None, None
     try:
@@ -176,7 +187,12 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             await relay.start()
         else:
             grpc_server = create_grpc_server(
-                server, grpc_address, reuse_port=worker is not None, acceptors=settings.grpc_acceptors
+                server,
+                grpc_address,
+                reuse_port=worker is not None,
+                acceptors=settings.grpc_acceptors,
+                codes=codes.grpc,
+                gateway=gateway,
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
@@ -195,11 +211,15 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         raise
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
-    servers = [uvicorn_server(HttpFrontend(server, deep_health=DeepHealth(server, settings.deep_health)))]
-    tasks = []
+    deep_health = DeepHealth(server, settings.deep_health)
+    servers = [
+        uvicorn_server(HttpFrontend(server, deep_health=deep_health, codes=codes.http, gateway=gateway))
+    ]
+    tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
     if worker is None:
         assert metrics_socket is not None
-        collectors = [*routing_collectors(server), CUSTOM_METRICS]
+        collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
+        collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
         servers.append(uvicorn_server(metrics_app(registry)))
     else:

@@ -26,6 +26,7 @@ from conch.cli.arguments import (
     ratio,
     server_name,
 )
+from conch.cli.gateway_flags import gateway_flags, gateway_settings
 from conch.cli.serve_flags import (
     backend_flags,
     breaker_defaults,
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_control_flags(serve)
     backend_flags(serve)
     resilience_flags(serve)
+    gateway_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         defaults = breaker_defaults(args)
+        gateway = gateway_settings(args)
     except ValueError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 2
@@ -261,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         fallback_strategy=args.fallback_strategy,
         state_dir=args.state_dir,
         backend_config=tuple(backend_setting(e) if isinstance(e, str) else e for e in args.backend_config),
+        gateway=gateway,
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

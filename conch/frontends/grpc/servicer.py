@@ -6,6 +6,7 @@ Errors leave through :func:`_abort` only, which maps a :class:`ConchError` kind 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,12 +16,15 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError
+from conch.core.errors import ConchError, InvalidArgumentError
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
+from conch.frontends.grpc.call_gate import SERVICE, stream_gate, wrapped_methods
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
+from conch.frontends.grpc.status import abort
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.frontends.inference import answer as answer_request
+from conch.gateway.gateway import Gateway
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import CUDA_REFUSAL, registry_of
@@ -28,22 +32,18 @@ from conch.shared_memory.tensors import RegionLeases
 
 log = logging.getLogger(__name__)
 
-STATUS_CODES = {
-    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorKind.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
-}
-
 T = TypeVar("T")
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Translates the Triton gRPC service into :class:`InferenceServer` calls."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(
+        self, server: InferenceServer, stream_gate: Callable[[Any, Any], None] | None = None
+    ) -> None:
         self.server = server
+        #: Admits each message of a stream (:func:`~conch.frontends.grpc.call_gate.stream_gate`), or None.
+        self.stream_gate = stream_gate
         #: The system shared-memory regions, shared with the HTTP frontend of the same server.
         self.regions = registry_of(server)
 
@@ -160,6 +160,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def answer(message: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
             try:
+                if self.stream_gate is not None:
+                    self.stream_gate(message, context)
                 if self.server.is_decoupled(message.model_name, message.model_version):
                     async for reply in self._infer_decoupled(message):
                         yield reply
@@ -248,7 +250,7 @@ async def _awaited(context: Any, work: Awaitable[T]) -> T:
 
 
 async def _abort(context: Any, exc: ConchError) -> None:
-    await context.abort(STATUS_CODES[exc.kind], exc.message)
+    await abort(context, exc)
 
 
 @dataclass
@@ -267,25 +269,36 @@ class GrpcFrontend:
 
 
 def create_grpc_server(
-    server: InferenceServer, address: str, reuse_port: bool = False, acceptors: int = DEFAULT_ACCEPTORS
+    server: InferenceServer,
+    address: str,
+    reuse_port: bool = False,
+    acceptors: int = DEFAULT_ACCEPTORS,
+    codes: Counter[str] | None = None,
+    gateway: Gateway | None = None,
 ) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
     :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
-    at once."""
+    at once, counting each call's final code in ``codes`` and admitting calls through ``gateway``."""
     grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port))
-    model_infer = register_servicer(grpc_server, InferenceServicer(server), acceptors)
+    servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
+    model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)
     grpc_server.add_insecure_port(address)
     return GrpcFrontend(grpc_server, model_infer)
 
 
 def register_servicer(
-    grpc_server: grpc.aio.Server, servicer: service_pb2_grpc.GRPCInferenceServiceServicer, acceptors: int
+    grpc_server: grpc.aio.Server,
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
+    acceptors: int,
+    codes: Counter[str] | None = None,
+    gateway: Gateway | None = None,
 ) -> CallAcceptors:
-    """Register ``servicer`` as conch does: one generic handler (:func:`generic_handlers_only`), and
-    ``acceptors`` tasks that accept ModelInfer calls (start them once the server has started)."""
-    grpc_server.add_generic_rpc_handlers(generic_handlers_only(servicer))
-    model_infer = _register(servicer).methods["ModelInfer"]
-    return CallAcceptors(grpc_server, MODEL_INFER_METHOD, model_infer, acceptors)
+    """Register ``servicer`` as conch does: one generic handler (as :func:`generic_handlers_only`
+    builds), and ``acceptors`` tasks that accept ModelInfer calls (start them once the server has
+    started); each method wrapped by :func:`~conch.frontends.grpc.call_gate.wrapped_methods`."""
+    methods = wrapped_methods(_register(servicer).methods, Counter() if codes is None else codes, gateway)
+    grpc_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    return CallAcceptors(grpc_server, MODEL_INFER_METHOD, methods["ModelInfer"], acceptors)
 
 
 class _Registrar:

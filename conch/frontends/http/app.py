@@ -7,6 +7,7 @@ request, so this app reads the ASGI scope directly: one split of the path, one d
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.inference import answer as answer_request
+from conch.gateway.api_groups import http_call
+from conch.gateway.gateway import Gateway
 from conch.lifecycle.deep_health import DeepHealth
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
@@ -31,6 +34,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 _NOT_READY = 503
+#: Where :meth:`HttpFrontend._admit` leaves a token's grant for the listings to filter.
+GRANT_KEY = "conch.grant"
 ROUTE_KEY_HEADER_BYTES = ROUTE_KEY_HEADER.encode()
 
 
@@ -42,8 +47,14 @@ class HttpFrontend:
         server: InferenceServer,
         max_body_bytes: int = 512 * 1024 * 1024,
         deep_health: DeepHealth | None = None,
+        codes: Counter[int] | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         self.server = server
+        #: Answers by HTTP status (``conch_requests_total{protocol="http"}``).
+        self.codes: Counter[int] = Counter() if codes is None else codes
+        #: Auth, restricted APIs, rate limits and the in-flight cap; None when all are off.
+        self.gateway = gateway
         self.max_body_bytes = max_body_bytes
         #: ``GET /v2/health/deep``'s checker; the default settings when ``conch serve`` gives none.
         self.deep_health = deep_health or DeepHealth(server)
@@ -56,19 +67,46 @@ class HttpFrontend:
             return
         if scope["type"] != "http":
             return
+        admitted: list[tuple[bytes, bytes]] = []
+        if self.gateway is not None:
+            try:
+                admitted = self._admit(scope)
+            except ConchError as exc:
+                await self._send(send, *_refusal(exc))
+                return
         if scope["path"].endswith("/generate_stream"):
             await self._generate_stream(scope, receive, send)
             return
         try:
             status, body, headers = await self._dispatch(scope, receive)
         except ConchError as exc:
-            status, body, headers = _error(exc.kind.http_status, exc.message)
+            status, body, headers = _refusal(exc)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"])
             status, body, headers = _error(ErrorKind.INTERNAL.http_status, "internal server error")
+        if admitted:
+            headers.extend(admitted)
+        await self._send(send, status, body, headers)
+
+    async def _send(self, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.codes[status] += 1
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _admit(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """The gateway's verdict on a request: the headers to add to its answer, or a ConchError.
+
+        A token limited to some models leaves its grant in the scope for the listings to filter.
+        """
+        assert self.gateway is not None
+        call = http_call(scope["method"], scope["path"])
+        client = scope.get("client")
+        peer = str(client[0]) if client else ""
+        grant, headers = self.gateway.admit("HTTP", call, lambda name: _header(scope, name.encode()), peer)
+        if call.listing and not grant.every_model:
+            scope[GRANT_KEY] = grant
+        return [(name.encode(), value.encode("latin-1")) for name, value in headers]
 
     async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
         method = scope["method"]
@@ -95,7 +133,11 @@ class HttpFrontend:
             ready_only = infer_codec.load_json_object(body).get("ready", False) if body else False
             if not isinstance(ready_only, bool):
                 raise InvalidArgumentError("'ready' must be true or false")
-            return _json(200, self.server.repository_index(ready_only, folders=True))
+            entries = self.server.repository_index(ready_only, folders=True)
+            grant = scope.get(GRANT_KEY)
+            if grant is not None:
+                entries = [entry for entry in entries if grant.may_see(entry["name"])]
+            return _json(200, entries)
         if len(route) == 4 and route[:2] == ["repository", "models"] and route[3] in ("load", "unload"):
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
@@ -111,7 +153,11 @@ class HttpFrontend:
             return await self._shared_memory_route(scope, receive, method, route)
         if route == ["models", "stats"]:
             _require(method, "GET")
-            return _json(200, await self.server.statistics())
+            stats = await self.server.statistics()
+            grant = scope.get(GRANT_KEY)
+            if grant is not None:
+                stats["model_stats"] = [s for s in stats["model_stats"] if grant.may_see(s["name"])]
+            return _json(200, stats)
         if route[0] == "models" and len(route) >= 2:
             return await self._model_route(scope, receive, method, route[1], route[2:])
         raise NotFoundError(f"no route for {scope['path']}")
@@ -186,13 +232,12 @@ class HttpFrontend:
                 )
                 first = await anext(responses, None)
         except ConchError as exc:
-            status, body, headers = _error(exc.kind.http_status, exc.message)
+            status, body, headers = _refusal(exc)
             responses = None
         if responses is None:
-            headers.append((b"content-length", str(len(body)).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await self._send(send, status, body, headers)
             return
+        self.codes[200] += 1
         start = {
             "type": "http.response.start",
             "status": 200,
@@ -308,6 +353,13 @@ def _json(status: int, document: Any) -> Reply:
 
 def _error(status: int, message: str) -> Reply:
     return _json(status, {"error": message})
+
+
+def _refusal(exc: ConchError) -> Reply:
+    """A ConchError's answer: its status, ``{"error": message}`` and the headers it carries."""
+    status, body, headers = _error(exc.kind.http_status, exc.message)
+    headers.extend((name.encode(), value.encode("latin-1")) for name, value in exc.headers)
+    return status, body, headers
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
