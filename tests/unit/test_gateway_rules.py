@@ -125,3 +125,33 @@ def test_the_in_flight_cap_sheds_inference_only() -> None:
         gateway.admit("HTTP", http_call("POST", "/v2/models/m/infer"), lambda key: None, "")
     assert refused.value.kind.http_status == 503  # type: ignore[attr-defined]
     gateway.admit("HTTP", http_call("GET", "/v2/models/m"), lambda key: None, "")
+
+
+def test_a_models_own_limit_comes_from_its_config_parameters() -> None:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from conch.gateway.server_sources import limit_from_parameters
+
+    config = mc.ModelConfig()
+    assert limit_from_parameters("m", config.parameters) is None
+    config.parameters["client_rate_limit"].string_value = "5"
+    config.parameters["client_burst"].string_value = "10"
+    assert limit_from_parameters("m", config.parameters) == Limit(5.0, 10, "model")
+    config.parameters["client_burst"].string_value = "many"
+    assert limit_from_parameters("m", config.parameters) is None
+
+
+def test_the_flags_refuse_what_cannot_work() -> None:
+    from conch.cli.gateway_flags import gateway_settings
+    from conch.cli.main import build_parser
+
+    def settings(*flags: str) -> GatewaySettings:
+        return gateway_settings(build_parser().parse_args(["serve", *flags]))  # type: ignore[no-any-return]
+
+    assert not settings().on
+    with pytest.raises(ValueError, match="--jwt-jwks"):
+        settings("--auth", "jwt")
+    with pytest.raises(ValueError, match="--grpc-relay"):
+        settings("--client-rate-limit", "5", "--grpc-relay", "true")
+    with pytest.raises(SystemExit):
+        settings("--auth", "jwt", "--jwt-jwks", "k.json", "--jwt-algorithms", "HS256")
