@@ -15,7 +15,7 @@ import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceResponse
-from conch.frontends.http import generate, infer_codec, shared_memory_routes
+from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
@@ -116,6 +116,9 @@ class HttpFrontend:
         route = parts[1:]
         if not route:
             return _get_json(method, self.server.metadata)
+        if route == ["openapi.yaml"]:
+            _require(method, "GET")
+            return 200, openapi.document(), [(b"content-type", openapi.CONTENT_TYPE)]
         if route == ["health", "deep"]:
             _require(method, "GET")
             evaluation = await self.deep_health.evaluate()
