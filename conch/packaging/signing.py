@@ -39,6 +39,7 @@ from conch.packaging.archive import SIGNATURE_FILENAME, PackageError
 SIGNATURE_FORMAT = "conch.package-signature/1"
 _ALGORITHM = "ed25519"
 _CONTEXT = b"conch package metadata.json, signed with Ed25519\n"
+_KEYGEN = "`openssl genpkey -algorithm ed25519 -out signing-key.pem` (see docs/packaging.md)"
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,3 @@ def verify_metadata(metadata: bytes, signature: bytes | None, key: Ed25519Public
             f"{package}'s signature does not match its metadata.json: the package was changed after it "
             "was signed"
         ) from None
-
-
-_KEYGEN = "`openssl genpkey -algorithm ed25519 -out signing-key.pem` (see docs/packaging.md)"

@@ -96,4 +96,3 @@ def test_destructive_routes_conform_on_a_throwaway_repository(
     case: schemathesis.Case, throwaway: ServerProcess
 ) -> None:
     case.call_and_validate(base_url=f"http://{throwaway.http_url}", checks=CHECKS)
-
