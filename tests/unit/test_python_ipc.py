@@ -85,3 +85,20 @@ def test_channel_round_trip() -> None:
         assert conch_ipc.Channel(right).receive() == {"op": "x", "data": [0, 1, 2, 3, 4]}
         left.close()
         assert conch_ipc.Channel(right).receive() is None
+
+
+def test_a_dropped_segment_is_forgotten_by_its_reader(pool: conch_ipc.SegmentPool) -> None:
+    dropped: list[str] = []
+    pool.on_drop = dropped.append
+    reader = conch_ipc.SegmentReader()
+    written = [pool.write([("T", np.full(10, i, dtype=np.float32))]) for i in range(conch_ipc.KEPT_FREE + 2)]
+    for _, refs in written:
+        reader.copy(refs[0])
+    for name, _ in written:
+        assert name is not None
+        pool.release(name)
+    assert len(dropped) == 2  # beyond the free segments kept
+    for name in dropped:
+        assert not (conch_ipc.SHM_DIR / name).exists()
+        reader.forget(name)
+    assert len(reader._maps) == conch_ipc.KEPT_FREE  # no mapping (and its descriptor) left behind

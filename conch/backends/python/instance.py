@@ -116,6 +116,7 @@ class PythonInstance:
             f"{prefix}-p", self.spec.settings.shm_default_bytes, self.spec.settings.shm_growth_bytes
         )
         self._segments = conch_ipc.SegmentReader()
+        self._pool.on_drop = lambda name: self._send({"op": "forget", "segment": name})
         process = ModelProcess(self.spec.model_file, prefix, self.spec.settings, self.spec.label)
         process.on_message = self._side_message
         self.process = process
@@ -319,7 +320,7 @@ class PythonInstance:
                 self.inference, self.inference_stream, self.spec.label, self._segments, self._pool, self._send
             )
             self._spawn(answer_bls(message, link))
-        elif op in ("log", "metric"):
+        elif op in ("log", "metric", "forget"):
             self._side_message(message)
 
     def _on_response(self, message: dict[str, Any]) -> None:
@@ -349,9 +350,11 @@ class PythonInstance:
             self._send({"op": "release", "segment": segment})
 
     def _side_message(self, message: dict[str, Any]) -> None:
-        """A log line or a custom metric's change, whenever the model sends one."""
+        """A log line, a custom metric's change or a segment the model removed, whenever it comes."""
         if message["op"] == "metric":
             CUSTOM_METRICS.change(*message["change"])
+        elif message["op"] == "forget":
+            self._segments.forget(message["segment"])
         else:
             self._log(message)
 

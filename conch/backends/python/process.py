@@ -92,7 +92,7 @@ class ModelProcess:
                 reply = self.channel.receive()
                 if reply is None:
                     raise UnavailableError(f"{self.label}: its Python process {self.exit_description()}")
-                if reply["op"] in ("log", "metric"):
+                if reply["op"] in ("log", "metric", "forget"):
                     self.on_message(reply)
                     continue
                 if reply["op"] == "release":

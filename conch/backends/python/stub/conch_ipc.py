@@ -25,6 +25,7 @@ import pickle
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -193,6 +194,9 @@ class SegmentPool:
         self._used: dict[str, Segment] = {}
         self._count = 0
         self._lock = threading.Lock()
+        #: Told the name of each segment removed for good, so the reader unmaps it too: each mapping
+        #: holds a file descriptor, and segments come and go under load.
+        self.on_drop: Callable[[str], None] | None = None
 
     def write(self, tensors: list[tuple[str, np.ndarray]]) -> tuple[str | None, list[TensorRef]]:
         """Copy ``tensors`` into one segment; (segment name, references). No tensors: (None, [])."""
@@ -224,11 +228,14 @@ class SegmentPool:
             if segment is None:
                 return
             self._free.append(segment)
-            if len(self._free) > KEPT_FREE:
-                self._free.sort(key=lambda s: s.size)
-                dropped = self._free.pop(0)
-                dropped.unlink()
-                dropped.map.close()
+            if len(self._free) <= KEPT_FREE:
+                return
+            self._free.sort(key=lambda s: s.size)
+            dropped = self._free.pop(0)
+            dropped.unlink()
+            dropped.map.close()
+        if self.on_drop is not None:
+            self.on_drop(dropped.name)
 
     def close(self) -> None:
         with self._lock:
@@ -273,11 +280,11 @@ class SegmentReader:
         array = self.view(ref)
         return array if array.dtype == object else array.copy()
 
-    def forget(self, prefix: str) -> None:
-        """Drop the mappings of segments starting with ``prefix`` (their owner is gone)."""
+    def forget(self, name: str) -> None:
+        """Drop the mapping of segment ``name``, which its owner removed (views of it stay valid: the
+        mapping closes when the last one goes)."""
         with self._lock:
-            for name in [n for n in self._maps if n.startswith(prefix)]:
-                del self._maps[name]
+            self._maps.pop(name, None)
 
     def _segment(self, name: str) -> Segment:
         with self._lock:

@@ -217,6 +217,8 @@ class Stub:
                 self.runtime.pool.release(message["segment"])
             elif op == "bls_response":
                 self.runtime.deliver(message)
+            elif op == "forget":
+                self.runtime.segments.forget(message["segment"])
             elif op == "cancel":
                 self.runtime.cancel(message["request"])
             else:
@@ -349,6 +351,7 @@ def main() -> None:
     channel = conch_ipc.Channel(socket.socket(fileno=args.fd))
     pool = conch_ipc.SegmentPool(f"{args.prefix}-c", args.shm_default_bytes, args.shm_growth_bytes)
     runtime = Runtime(channel, pool, args.model_file.parent)
+    pool.on_drop = lambda name: channel.send({"op": "forget", "segment": name})
     pb_utils._runtime = runtime
     stub = Stub(runtime, args.model_file)
     try:
