@@ -60,8 +60,10 @@ class Runtime:
 
     # Called from pb_utils ----------------------------------------------------------------------
 
-    def bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> pb_utils.BlsCall:
-        call = pb_utils.BlsCall(decoupled)
+    def bls(
+        self, request: pb_utils.InferenceRequest, decoupled: bool, call: pb_utils.BlsCall | None = None
+    ) -> pb_utils.BlsCall:
+        call = call or pb_utils.BlsCall(decoupled)
         tensors = [(t.name(), _array_of(t)) for t in request.inputs()]
         segment, refs = self.pool.write(tensors)
         with self.lock:
@@ -123,9 +125,9 @@ class Runtime:
         if call is None:
             return
         if response is not None:
-            call.responses.put(response)
+            call.put(response)
         if final and call.decoupled:
-            call.responses.put(None)
+            call.put(None)
 
     def cancel(self, key: int) -> None:
         self._cancelled.add(key)

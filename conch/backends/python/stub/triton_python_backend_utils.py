@@ -275,11 +275,12 @@ class InferenceRequest:
 
     async def async_exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
         """:meth:`exec` without blocking the event loop of an ``async def execute``."""
-        loop = asyncio.get_running_loop()
-        call = _runtime.bls(self, decoupled)
         if decoupled:
-            return _ResponseIterator(call)
-        return await loop.run_in_executor(None, call.get)
+            return _ResponseIterator(_runtime.bls(self, decoupled))
+        # The answer lands on this loop's future (no thread waits for it), so concurrent calls cost
+        # nothing while in flight.
+        call = _runtime.bls(self, decoupled, BlsCall(loop=asyncio.get_running_loop()))
+        return await call.future
 
 
 class _ResponseIterator:
@@ -302,11 +303,22 @@ class _ResponseIterator:
 
 
 class BlsCall:
-    """One BLS call in flight: its responses arrive on a queue (None after the last)."""
+    """One BLS call in flight: its responses arrive on a queue (None after the last), or, for an
+    ``async_exec``, its one response on a future of the caller's event loop."""
 
-    def __init__(self, decoupled: bool = False) -> None:
+    def __init__(self, decoupled: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.decoupled = decoupled
         self.responses: queue.Queue[InferenceResponse | None] = queue.Queue()
+        self.loop = loop
+        self.future: asyncio.Future[InferenceResponse] | None = loop.create_future() if loop else None
+
+    def put(self, response: InferenceResponse | None) -> None:
+        """Called from the reader thread as answers arrive."""
+        if self.loop is not None and self.future is not None:
+            if response is not None:
+                self.loop.call_soon_threadsafe(_resolve, self.future, response)
+            return
+        self.responses.put(response)
 
     def get(self) -> InferenceResponse:
         response = self.responses.get()
@@ -318,6 +330,11 @@ class BlsCall:
 
     def cancel(self) -> None:
         """conch does not cancel a BLS call in flight; its responses are dropped as they arrive."""
+
+
+def _resolve(future: asyncio.Future[InferenceResponse], response: InferenceResponse) -> None:
+    if not future.done():
+        future.set_result(response)
 
 
 # -- logging ----------------------------------------------------------------------------------------
