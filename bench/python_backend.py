@@ -41,6 +41,7 @@ from bench.report import CONCURRENCIES, BenchResults, Point, Row
 from bench.run import (
     add_round_arguments,
     choices,
+    conch_revision,
     describe_machine,
     keep_log,
     loadavg,
@@ -157,6 +158,8 @@ def run_side(
         server = side.serve(repository, workdir)
         with server:
             about = f"round {round_number}, {side.title}: {busy}"
+            if side.key == "conch":
+                about += f"; conch {conch_revision()}"  # others may commit while the rounds run
             if round_number == 1:
                 peer = PEERS[side.key]
                 versions = package_versions(peer.python(), peer.packages)

@@ -244,12 +244,11 @@ def describe_machine() -> list[str]:
     """CPU count and model, memory, interpreter and ONNX Runtime versions, conch's commit, machine load."""
     cpu = _field(_read("/proc/cpuinfo"), "model name") or platform.processor() or "unknown"
     mem_kb = int((_field(_read("/proc/meminfo"), "MemTotal") or "0").split()[0])
-    dirty = " with uncommitted changes" if _git("status", "--porcelain", "conch") else ""
     return [
         f"nproc: {os.cpu_count()}; CPU: {cpu}; memory: {mem_kb / 2**20:.1f} GiB",
         f"{platform.system()} {platform.release()}; Python {platform.python_version()}; "
         f"onnxruntime {ort.__version__} (harness and raw ORT)",
-        f"conch: commit {_git('rev-parse', '--short', 'HEAD') or 'unknown'}{dirty}",
+        f"conch: {conch_revision()}",
         f"load average at the start: {loadavg()} (well above 0: another job shares the cores)",
     ]
 
@@ -281,6 +280,12 @@ def describe_method(seconds: float, models: Sequence[str], rounds: int = 1) -> l
         f"{WARMUP_S:g} s of wrk at c={max(CONCURRENCIES)} warms each model before its points; raw ORT: "
         f"default SessionOptions, {seconds:g} s per batch size",
     ]
+
+
+def conch_revision() -> str:
+    """``commit abc1234``, with `` with uncommitted changes`` where ``conch/`` differs from it."""
+    dirty = " with uncommitted changes" if _git("status", "--porcelain", "conch") else ""
+    return f"commit {_git('rev-parse', '--short', 'HEAD') or 'unknown'}{dirty}"
 
 
 def other_load(seconds: float = 1.0) -> float:
