@@ -45,9 +45,8 @@ from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollecto
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
-from conch.release.controller import ReleaseController
 from conch.release.declarations import reconcile_files, resume_saved
-from conch.release.store import ReleaseStore
+from conch.release.runner import check_releases, release_controller
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
@@ -158,7 +157,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     repository = ModelRepository(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
-    releases = release_controller(repository, control, settings)
+    state_dir = (
+        Path(settings.state_dir) if settings.state_dir else settings.repository.parent / ".conch-state"
+    )
+    releases = release_controller(repository, control, state_dir)
     if (settings.repository.parent / "source.json").is_file():
         # An s3:// repository: each poll first brings its cache up to date. boto3 is imported only
         # then: its import alone adds about 16,000 objects that every full garbage collection walks.
@@ -273,41 +275,6 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("stopped")
     if relay is not None and relay.lost.is_set():
         raise ServeError("the gRPC relay process exited; the server stopped")
-
-
-#: Seconds between two judgements of every release's gate.
-RELEASE_CHECK_SECS = 1.0
-
-
-def release_controller(
-    repository: ModelRepository, control: ModelControl, settings: ServeSettings
-) -> ReleaseController:
-    """The releases of this repository, saved in ``--state-dir`` (``.conch-state`` beside the repository)."""
-    state_dir = (
-        Path(settings.state_dir) if settings.state_dir else settings.repository.parent / ".conch-state"
-    )
-    releases = ReleaseController(repository, ReleaseStore(state_dir))
-    control.pinned = releases.pinned
-    control.after_scan = lambda: reconcile_files(releases)
-    refreshing: set[asyncio.Task[None]] = set()
-
-    def reload(name: str) -> None:
-        task = asyncio.get_running_loop().create_task(control.refresh(name))
-        refreshing.add(task)
-        task.add_done_callback(refreshing.discard)
-
-    releases.on_pinned_changed = reload
-    return releases
-
-
-async def check_releases(releases: ReleaseController) -> None:
-    """Judge every release every ``RELEASE_CHECK_SECS``; a failed round never ends the checks."""
-    while True:
-        await asyncio.sleep(RELEASE_CHECK_SECS)
-        try:
-            await releases.check_off_loop()
-        except Exception:
-            log.exception("checking the releases failed")
 
 
 def routing_collectors(server: InferenceServer) -> list[Collector]:
