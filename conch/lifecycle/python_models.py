@@ -154,16 +154,7 @@ class _Supervisor:
             return
         policy = self.policies.setdefault(id(instance), RestartPolicy())
         delay = policy.delay_after_death(time.monotonic() - instance.started_at)
-        emit(
-            log,
-            "python_instance_died",
-            logging.ERROR,
-            model=self.version.name,
-            version=self.version.version,
-            instance=instance.spec.instance_name,
-            reason=why,
-            restart_in_s=delay,
-        )
+        self._event("python_instance_died", logging.ERROR, instance, reason=why, restart_in_s=delay)
         self.version.reason = f"instance '{instance.spec.instance_name}' {why}; restarting it"
         task = asyncio.get_running_loop().create_task(self._restart(instance, policy, why, delay))
         self.tasks.add(task)
@@ -189,25 +180,17 @@ class _Supervisor:
         self.version.reason = (
             f"restarted {policy.restarts} time(s); last: instance '{instance.spec.instance_name}' {why}"
         )
-        emit(
-            log,
-            "python_instance_restarted",
-            model=self.version.name,
-            version=self.version.version,
-            instance=instance.spec.instance_name,
-            restarts=policy.restarts,
-        )
+        self._event("python_instance_restarted", logging.INFO, instance, restarts=policy.restarts)
         self.pool.rejoin(instance)
 
     def _give_up(self, instance: PythonInstance, reason: str) -> None:
         self.version.state = ModelState.UNAVAILABLE
         self.version.reason = f"instance '{instance.spec.instance_name}' cannot restart: {reason}"
-        emit(
-            log,
-            "version_unavailable",
-            logging.ERROR,
-            model=self.version.name,
-            version=self.version.version,
-            reason=self.version.reason,
-        )
+        self._event("version_unavailable", logging.ERROR, None, reason=self.version.reason)
         self.version.close()
+
+    def _event(self, event: str, severity: int, instance: PythonInstance | None, **fields: Any) -> None:
+        """One structured event about this version (and one of its instances)."""
+        if instance is not None:
+            fields["instance"] = instance.spec.instance_name
+        emit(log, event, severity, model=self.version.name, version=self.version.version, **fields)
