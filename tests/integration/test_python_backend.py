@@ -41,6 +41,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     models.write_python_model(root, "auto", 'name: "auto"\nbackend: "python"\n', models.AUTO_COMPLETE)
     models.write_python_model(root, "args", models.ARGS_CONFIG, models.ARGS)
     models.write_python_model(root, "metrics", models.METRICS_CONFIG, models.METRICS)
+    sender = models.ONE_IN_ONE_OUT.format(
+        name="sender", max_batch_size=0, dtype="TYPE_FP32", instances=1, extra=""
+    )
+    models.write_python_model(root, "sender", sender, models.SENDER)
     for name, refuse in (("warmed", False), ("warm_fails", True)):
         models.write_python_model(
             root, name, models.WARMED_CONFIG.format(name=name), models.WARMED.format(refuse=refuse)
@@ -301,3 +305,14 @@ def test_model_warmup_runs_before_the_first_request(
     assert index["warm_fails"]["state"] == "UNAVAILABLE"
     assert "warm-up sample 'zeros' failed" in index["warm_fails"]["reason"]
     assert "ValueError: zeros are not an input this model takes" in index["warm_fails"]["reason"]
+
+
+def test_a_model_may_answer_through_its_response_sender(
+    http_client: httpclient.InferenceServerClient,
+) -> None:
+    for value in (1.5, 2.0):
+        tensor = httpclient.InferInput("IN", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([value, 1.0], dtype=np.float32))
+        np.testing.assert_array_equal(
+            http_client.infer("sender", [tensor]).as_numpy("OUT"), [value * 10, 10.0]
+        )

@@ -31,7 +31,7 @@ import numpy as np
 
 from conch.backends.python.bls import BlsLink, Inference, InferenceStream, answer_bls
 from conch.backends.python.connection import LoopConnection
-from conch.backends.python.messages import decode_answer, request_entry
+from conch.backends.python.messages import decode_answer, decode_answers, request_entry
 from conch.backends.python.process import ModelProcess, ProcessSettings
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
@@ -71,6 +71,8 @@ class InstanceSpec:
 class _Call:
     future: asyncio.Future[dict[str, Any]]
     keys: list[int]
+    #: Each request's requested outputs, to pick them from the answers.
+    wanted: list[list[str]]
 
 
 class PythonInstance:
@@ -101,6 +103,7 @@ class PythonInstance:
         self._calls: dict[int, _Call] = {}
         self._streams: dict[int, ResponseStream] = {}
         self._senders: dict[int, asyncio.Future[Outcome]] = {}
+        self._early: dict[int, Outcome] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self.started_at = 0.0
@@ -251,7 +254,7 @@ class PythonInstance:
                 self._streams[key] = request.stream
         call = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
-        self._calls[call] = _Call(future, keys)
+        self._calls[call] = _Call(future, keys, [list(request.output_names) for request in requests])
         self._send({"op": "execute", "call": call, "segment": segment, "requests": entries})
         try:
             reply = await future
@@ -266,20 +269,24 @@ class PythonInstance:
                 self._end_stream(key, error)
             return [error] * len(requests), timing
         outcomes: list[Outcome] = []
-        for key, request, entry in zip(keys, requests, reply["responses"], strict=True):
-            outcomes.append(await self._outcome(key, request, entry))
+        for key, answer in zip(keys, reply["answers"], strict=True):
+            if answer is not None:
+                self._streams.pop(key, None)
+                outcomes.append(answer)
+            elif self.decoupled:
+                outcomes.append({})  # the responses go to the request's stream
+            else:
+                outcomes.append(await self._sent(key))
         return outcomes, timing
 
-    async def _outcome(self, key: int, request: Any, entry: dict[str, Any] | None) -> Outcome:
-        if entry is None:
-            if self.decoupled:
-                return {}  # the responses go to the request's stream
-            future = self._loop.create_future() if self._loop else None
-            assert future is not None
-            self._senders[key] = future
-            return await future
-        self._streams.pop(key, None)
-        return self._decode(entry, request.output_names)
+    async def _sent(self, key: int) -> Outcome:
+        """A response a non-decoupled model sends through its response sender instead of returning."""
+        if key in self._early:
+            return self._early.pop(key)
+        assert self._loop is not None
+        future: asyncio.Future[Outcome] = self._loop.create_future()
+        self._senders[key] = future
+        return await future
 
     def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> dict[str, np.ndarray] | ConchError:
         return decode_answer(entry, wanted, self._segments, self.spec.label)
@@ -307,6 +314,9 @@ class PythonInstance:
         if op == "result":
             call = self._calls.get(message["call"])
             if call is not None and not call.future.done():
+                if not message.get("error"):
+                    # Copied out now, before the segment goes back to the model's process.
+                    message["answers"] = decode_answers(message, call.wanted, self._segments, self.spec.label)
                 call.future.set_result(message)
             self._release_theirs(message.get("segment"))
         elif op == "response":
@@ -332,9 +342,11 @@ class PythonInstance:
                 stream.put(self._decode(entry, None))
             if final:
                 self._end_stream(key)
-        else:
+        elif entry is not None:
             sender = self._senders.pop(key, None)
-            if sender is not None and not sender.done() and entry is not None:
+            if sender is None:
+                self._early[key] = self._decode(entry, None)  # sent before execute returned
+            elif not sender.done():
                 sender.set_result(self._decode(entry, None))
         self._release_theirs(message.get("segment"))
 

@@ -49,10 +49,55 @@ def request_entry(
         "request_id": request_id,
         "correlation_id": parameters.get("sequence_id", 0),
         "flags": (SEQUENCE_START if start else 0) | (SEQUENCE_END if end else 0),
-        "parameters": json.dumps({k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}),
+        "parameters": _model_parameters(parameters),
         "model_name": model[0],
         "model_version": model[1],
     }
+
+
+def _model_parameters(parameters: dict[str, Any]) -> str:
+    """The client's own parameters as JSON (most requests have none: no encoding then)."""
+    if not parameters:
+        return "{}"
+    return json.dumps({k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS})
+
+
+def decode_answers(
+    reply: dict[str, Any], wanted: list[list[str]], segments: conch_ipc.SegmentReader, label: str
+) -> list[dict[str, np.ndarray] | ConchError | None]:
+    """Every response of an ``execute`` reply: outputs (copied out of the model's segment at once),
+    an error, or None where the model answers later through its response sender."""
+    entries = reply["responses"]
+    refs = [
+        [conch_ipc.as_ref(ref) for ref in entry.get("outputs", ())]
+        if entry and not entry.get("error")
+        else []
+        for entry in entries
+    ]
+    arrays = iter(segments.copy_all([ref for mine in refs for ref in mine]))
+    answers: list[dict[str, np.ndarray] | ConchError | None] = []
+    for entry, mine, names in zip(entries, refs, wanted, strict=True):
+        if entry is None:
+            answers.append(None)
+        elif entry.get("error"):
+            message, code = entry["error"]
+            answers.append(codes.error_of_code(message, code))
+        else:
+            outputs = {ref.name: next(arrays) for ref in mine}
+            answers.append(_wanted(outputs, names, label))
+    return answers
+
+
+def _wanted(
+    outputs: dict[str, np.ndarray], wanted: list[str], label: str
+) -> dict[str, np.ndarray] | ConchError:
+    missing = [name for name in wanted if name not in outputs]
+    if missing:
+        return InternalError(
+            f"{label} returned no output {missing} although the request asked for it; "
+            f"it returned {sorted(outputs)}"
+        )
+    return outputs if len(outputs) == len(wanted) else {name: outputs[name] for name in wanted}
 
 
 def decode_answer(
@@ -65,12 +110,4 @@ def decode_answer(
         return codes.error_of_code(message, code)
     refs = map(conch_ipc.as_ref, entry.get("outputs", []))
     outputs = {ref.name: segments.copy(ref) for ref in refs}
-    if wanted is None:
-        return outputs
-    missing = [name for name in wanted if name not in outputs]
-    if missing:
-        return InternalError(
-            f"{label} returned no output {missing} although the request asked for it; "
-            f"it returned {sorted(outputs)}"
-        )
-    return {name: outputs[name] for name in wanted}
+    return outputs if wanted is None else _wanted(outputs, wanted, label)

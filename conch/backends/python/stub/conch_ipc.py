@@ -19,6 +19,7 @@ This module runs in the server *and* in the model's process, which may be anothe
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import pickle
@@ -268,17 +269,21 @@ class SegmentReader:
     def view(self, ref: TensorRef) -> np.ndarray:
         """The tensor as a numpy array over the segment (no copy; BYTES are decoded into objects)."""
         ref = as_ref(ref)
-        segment = self._segment(ref.segment)
-        if ref.datatype == "BYTES":
-            return deserialize_bytes(bytes(segment.map[ref.offset : ref.offset + ref.nbytes]), ref.shape)
-        dtype = np.dtype(NUMPY_OF[ref.datatype])
-        count = int(np.prod(ref.shape, dtype=np.int64)) if ref.shape else 1
-        return np.frombuffer(segment.map, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+        return array_in(self._segment(ref.segment).map, ref)
 
     def copy(self, ref: TensorRef) -> np.ndarray:
         """The tensor in memory of its own, safe to keep after the segment is released."""
         array = self.view(ref)
         return array if array.dtype == object else array.copy()
+
+    def copy_all(self, refs: list[TensorRef]) -> list[np.ndarray]:
+        """Every tensor of ``refs`` (all in one segment, as one message writes them) in memory of
+        their own, with one copy of the segment's used part instead of one per tensor."""
+        if not refs:
+            return []
+        end = max(ref.offset + ref.nbytes for ref in refs)
+        held = bytearray(self._segment(refs[0].segment).map[:end])
+        return [array_in(held, ref) for ref in refs]
 
     def forget(self, name: str) -> None:
         """Drop the mapping of segment ``name``, which its owner removed (views of it stay valid: the
@@ -295,6 +300,15 @@ class SegmentReader:
                 segment = Segment(name, 0, create=False)
                 self._maps[name] = segment
             return segment
+
+
+def array_in(buffer: Any, ref: TensorRef) -> np.ndarray:
+    """The tensor ``ref`` describes, over ``buffer`` (a segment's map, or a copy of it)."""
+    if ref.datatype == "BYTES":
+        return deserialize_bytes(bytes(buffer[ref.offset : ref.offset + ref.nbytes]), ref.shape)
+    dtype = np.dtype(NUMPY_OF[ref.datatype])
+    count = math.prod(ref.shape)
+    return np.frombuffer(buffer, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
 
 
 def remove_segments(prefix: str) -> None:
