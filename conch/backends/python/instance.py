@@ -31,17 +31,16 @@ import numpy as np
 
 from conch.backends.python.bls import BlsLink, Inference, InferenceStream, answer_bls
 from conch.backends.python.connection import LoopConnection
+from conch.backends.python.late_responses import LateResponses, Outcome
 from conch.backends.python.messages import decode_answer, decode_answers, request_entry
 from conch.backends.python.process import ModelProcess, ProcessSettings
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
-from conch.core.response_stream import ResponseStream
 from conch.core.types import ExecutionTiming
 from conch.observability.custom_metrics import CUSTOM_METRICS
 
 log = logging.getLogger(__name__)
 
-Outcome = dict[str, np.ndarray] | BaseException
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 _instance_ids = itertools.count(1)
 
@@ -101,9 +100,7 @@ class PythonInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connection: LoopConnection | None = None
         self._calls: dict[int, _Call] = {}
-        self._streams: dict[int, ResponseStream] = {}
-        self._senders: dict[int, asyncio.Future[Outcome]] = {}
-        self._early: dict[int, Outcome] = {}
+        self._late = LateResponses()
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self.started_at = 0.0
@@ -170,7 +167,8 @@ class PythonInstance:
         try:
             if reply.get("error"):
                 raise InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
-            outcome = self._decode(reply["responses"][0], output_names) if reply["responses"][0] else {}
+            entry = reply["responses"][0]
+            outcome = decode_answer(entry, output_names, self._segments, self.spec.label) if entry else {}
         finally:
             if reply.get("segment"):
                 process.channel.send({"op": "release", "segment": reply["segment"]})
@@ -251,7 +249,7 @@ class PythonInstance:
             )
             first += count
             if request.stream is not None:
-                self._streams[key] = request.stream
+                self._late.stream_to(key, request.stream)
         call = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._calls[call] = _Call(future, keys, [list(request.output_names) for request in requests])
@@ -266,30 +264,18 @@ class PythonInstance:
         if reply.get("error"):
             error = InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
             for key in keys:
-                self._end_stream(key, error)
+                self._late.end(key, error)
             return [error] * len(requests), timing
         outcomes: list[Outcome] = []
         for key, answer in zip(keys, reply["answers"], strict=True):
             if answer is not None:
-                self._streams.pop(key, None)
+                self._late.returned(key)
                 outcomes.append(answer)
             elif self.decoupled:
                 outcomes.append({})  # the responses go to the request's stream
             else:
-                outcomes.append(await self._sent(key))
+                outcomes.append(await self._late.sent(key))
         return outcomes, timing
-
-    async def _sent(self, key: int) -> Outcome:
-        """A response a non-decoupled model sends through its response sender instead of returning."""
-        if key in self._early:
-            return self._early.pop(key)
-        assert self._loop is not None
-        future: asyncio.Future[Outcome] = self._loop.create_future()
-        self._senders[key] = future
-        return await future
-
-    def _decode(self, entry: dict[str, Any], wanted: list[str] | None) -> dict[str, np.ndarray] | ConchError:
-        return decode_answer(entry, wanted, self._segments, self.spec.label)
 
     # -- messages from the process ---------------------------------------------------------------
 
@@ -334,28 +320,10 @@ class PythonInstance:
             self._side_message(message)
 
     def _on_response(self, message: dict[str, Any]) -> None:
-        key, final = message["request"], bool(message["flags"] & 1)
         entry = message["responses"][0]
-        stream = self._streams.get(key)
-        if stream is not None:
-            if entry is not None:
-                stream.put(self._decode(entry, None))
-            if final:
-                self._end_stream(key)
-        elif entry is not None:
-            sender = self._senders.pop(key, None)
-            if sender is None:
-                self._early[key] = self._decode(entry, None)  # sent before execute returned
-            elif not sender.done():
-                sender.set_result(self._decode(entry, None))
+        answer = None if entry is None else decode_answer(entry, None, self._segments, self.spec.label)
+        self._late.arrived(message["request"], answer, final=bool(message["flags"] & 1))
         self._release_theirs(message.get("segment"))
-
-    def _end_stream(self, key: int, error: Exception | None = None) -> None:
-        stream = self._streams.pop(key, None)
-        if stream is not None:
-            if error is not None:
-                stream.put(error)
-            stream.finish()
 
     def _release_theirs(self, segment: str | None) -> None:
         if segment:
@@ -402,9 +370,4 @@ class PythonInstance:
             if not call.future.done():
                 call.future.set_exception(error)
         self._calls.clear()
-        for key in list(self._streams):
-            self._end_stream(key, error)
-        for future in self._senders.values():
-            if not future.done():
-                future.set_result(error)
-        self._senders.clear()
+        self._late.fail_all(error)

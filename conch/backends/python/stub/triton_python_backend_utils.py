@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,117 +25,39 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 TRITONSERVER_MEMORY_CPU = 0
 TRITONSERVER_MEMORY_GPU = 1
 
-TRITON_STRING_TO_NUMPY: dict[str, Any] = {
-    "TYPE_BOOL": np.bool_,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
-# Triton's TRITONSERVER_DataType numbers, which numpy_to_triton_type and triton_dtype() return.
-_TRITON_TYPE_NUMBERS = {
-    "BOOL": 1,
-    "UINT8": 2,
-    "UINT16": 3,
-    "UINT32": 4,
-    "UINT64": 5,
-    "INT8": 6,
-    "INT16": 7,
-    "INT32": 8,
-    "INT64": 9,
-    "FP16": 10,
-    "FP32": 11,
-    "FP64": 12,
-    "BYTES": 13,
-}
-_NUMPY_OF_NUMBER = {
-    number: TRITON_STRING_TO_NUMPY["TYPE_STRING" if name == "BYTES" else f"TYPE_{name}"]
-    for name, number in _TRITON_TYPE_NUMBERS.items()
-}
-
 #: Set by the stub when the process starts: what BLS, response senders and the logger talk to.
 _runtime: Any = None
 
 # The rest of the API, in modules of their own, under the names models use.
+from pb_bls import BlsCall, _ResponseIterator  # noqa: E402
 from pb_errors import TritonError, TritonModelException  # noqa: E402
 from pb_metrics import Metric, MetricFamily  # noqa: E402
 from pb_model_config import ModelConfig  # noqa: E402
+from pb_tensors import (  # noqa: E402
+    TRITON_STRING_TO_NUMPY,
+    Tensor,
+    deserialize_bytes_tensor,
+    numpy_to_triton_type,
+    serialize_byte_tensor,
+    triton_string_to_numpy,
+    triton_to_numpy_type,
+)
 
-__all__ = ["Metric", "MetricFamily", "ModelConfig", "TritonError", "TritonModelException"]
-
-
-# -- tensors ----------------------------------------------------------------------------------------
-
-
-class Tensor:
-    """A named tensor on the CPU. ``Tensor(name, numpy_array)``, or ``Tensor.from_dlpack(name, x)``."""
-
-    def __init__(self, name: str, data: np.ndarray) -> None:
-        if not isinstance(data, np.ndarray):
-            raise TritonModelException(f"tensor '{name}' must be created from a numpy array")
-        if data.dtype.kind in ("U", "S"):
-            data = data.astype(object)
-        self._name = name
-        self._data = data
-
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> np.ndarray:
-        return self._data
-
-    def shape(self) -> list[int]:
-        return list(self._data.shape)
-
-    def triton_dtype(self) -> int:
-        return numpy_to_triton_type(self._data.dtype)
-
-    def is_cpu(self) -> bool:
-        return True
-
-    def to_dlpack(self) -> Any:
-        """A DLPack capsule over the data (torch's when torch is installed, else numpy's)."""
-        try:
-            import torch.utils.dlpack
-
-            return torch.utils.dlpack.to_dlpack(torch.from_numpy(self._numeric("to_dlpack")))
-        except ImportError:
-            return self._numeric("to_dlpack").__dlpack__()
-
-    def __dlpack__(self, stream: Any = None) -> Any:
-        return self._numeric("__dlpack__").__dlpack__()
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # kDLCPU, device 0
-
-    @staticmethod
-    def from_dlpack(name: str, capsule: Any) -> Tensor:
-        """A tensor from a DLPack capsule or any object with ``__dlpack__`` (a GPU tensor is copied to
-        the CPU: conch passes tensors between processes in CPU shared memory)."""
-        try:
-            import torch.utils.dlpack
-
-            found = torch.utils.dlpack.from_dlpack(capsule)
-            return Tensor(name, found.detach().cpu().numpy())
-        except ImportError:
-            if hasattr(capsule, "__dlpack__"):
-                return Tensor(name, np.from_dlpack(capsule))
-            raise TritonModelException(
-                "from_dlpack on a raw capsule needs torch in the model's environment"
-            ) from None
-
-    def _numeric(self, what: str) -> np.ndarray:
-        if self._data.dtype == object:
-            raise TritonModelException(f"{what} is not supported for BYTES tensors")
-        return np.ascontiguousarray(self._data)
+__all__ = [
+    "TRITON_STRING_TO_NUMPY",
+    "BlsCall",
+    "Metric",
+    "MetricFamily",
+    "ModelConfig",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+]
 
 
 # -- requests and responses -------------------------------------------------------------------------
@@ -283,60 +204,6 @@ class InferenceRequest:
         return await call.future
 
 
-class _ResponseIterator:
-    """The responses of a decoupled BLS call, as they arrive; ends after the final one."""
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-
-    def __iter__(self) -> _ResponseIterator:
-        return self
-
-    def __next__(self) -> InferenceResponse:
-        response = self._call.next()
-        if response is None:
-            raise StopIteration
-        return response
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-
-class BlsCall:
-    """One BLS call in flight: its responses arrive on a queue (None after the last), or, for an
-    ``async_exec``, its one response on a future of the caller's event loop."""
-
-    def __init__(self, decoupled: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.decoupled = decoupled
-        self.responses: queue.Queue[InferenceResponse | None] = queue.Queue()
-        self.loop = loop
-        self.future: asyncio.Future[InferenceResponse] | None = loop.create_future() if loop else None
-
-    def put(self, response: InferenceResponse | None) -> None:
-        """Called from the reader thread as answers arrive."""
-        if self.loop is not None and self.future is not None:
-            if response is not None:
-                self.loop.call_soon_threadsafe(_resolve, self.future, response)
-            return
-        self.responses.put(response)
-
-    def get(self) -> InferenceResponse:
-        response = self.responses.get()
-        assert response is not None
-        return response
-
-    def next(self) -> InferenceResponse | None:
-        return self.responses.get()
-
-    def cancel(self) -> None:
-        """conch does not cancel a BLS call in flight; its responses are dropped as they arrive."""
-
-
-def _resolve(future: asyncio.Future[InferenceResponse], response: InferenceResponse) -> None:
-    if not future.done():
-        future.set_result(response)
-
-
 # -- logging ----------------------------------------------------------------------------------------
 
 
@@ -398,40 +265,6 @@ def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[s
 
 def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
     return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
-
-
-def triton_string_to_numpy(triton_type_string: str) -> Any:
-    return TRITON_STRING_TO_NUMPY[triton_type_string]
-
-
-def triton_to_numpy_type(data_type: int) -> Any:
-    return _NUMPY_OF_NUMBER.get(data_type)
-
-
-def numpy_to_triton_type(data_type: Any) -> int:
-    dtype = np.dtype(data_type)
-    if dtype.kind in ("O", "S", "U"):
-        return _TRITON_TYPE_NUMBERS["BYTES"]
-    for name, number in _TRITON_TYPE_NUMBERS.items():
-        if name != "BYTES" and np.dtype(_NUMPY_OF_NUMBER[number]) == dtype:
-            return number
-    raise TritonModelException(f"numpy dtype {dtype} has no Triton datatype")
-
-
-def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
-    """BYTES elements in Triton's wire layout (4-byte little-endian length, then the bytes), as uint8."""
-    import conch_ipc
-
-    return np.frombuffer(conch_ipc.serialize_bytes(np.asarray(input_tensor)), dtype=np.uint8)
-
-
-def deserialize_bytes_tensor(encoded_tensor: bytes | np.ndarray) -> np.ndarray:
-    """The inverse of :func:`serialize_byte_tensor`: a flat object array of ``bytes``."""
-    import conch_ipc
-
-    raw = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else bytes(encoded_tensor)
-    flat = conch_ipc.deserialize_bytes(raw, (-1,))
-    return flat
 
 
 def _text(value: Any) -> Any:
