@@ -78,6 +78,8 @@ class RegionLeases:
     def write_outputs(self, request: InferenceRequest, response: InferenceResponse) -> None:
         """Write each output asked into a region there."""
         refs = {o.name: o.shared_memory for o in request.outputs if o.shared_memory is not None}
+        if not refs:  # the common case: nothing to write, no pass over the outputs
+            return
         for tensor in response.outputs:
             ref = refs.get(tensor.name)
             if ref is None:

@@ -31,38 +31,6 @@ from tests.fixtures import python_models as models
 from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.server_process import ServerProcess
 
-BLS_BATCHED_CONFIG = """
-name: "bls_batched"
-backend: "python"
-max_batch_size: 32
-dynamic_batching { max_queue_delay_microseconds: 20000 }
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
-"""
-
-#: Each request of a batch goes on to py_add_sub by its own async_exec, all at once (as bench's BLS).
-BLS_BATCHED = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        calls = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            inputs = [pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", np.ones_like(a))]
-            call = pb_utils.InferenceRequest(
-                model_name="py_add_sub", requested_output_names=["OUTPUT0"], inputs=inputs
-            )
-            calls.append(call.async_exec())
-        answers = await asyncio.gather(*calls)
-        return [
-            pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(a, "OUTPUT0")]) for a in answers
-        ]
-"""
-
 ONLY_IN_ENV = "def triple(values):\n    return values * 3\n"
 
 
@@ -127,7 +95,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         max_batch_size=4,
     )
     ensembles.write_ensemble(root, "mixed", mixed)
-    models.write_python_model(root, "bls_batched", BLS_BATCHED_CONFIG, BLS_BATCHED)
+    models.write_python_model(root, "bls_batched", models.BLS_BATCHED_CONFIG, models.BLS_BATCHED)
     env = _environment(root)
     with tarfile.open(root / "env.tar.gz", "w:gz") as tar:
         tar.add(env, arcname=".")

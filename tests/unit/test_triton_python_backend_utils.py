@@ -78,3 +78,22 @@ def test_model_config_auto_complete_rules(pb_utils: ModuleType) -> None:
     sequence = pb_utils.ModelConfig({"name": "s", "sequence_batching": {"direct": {}}})
     with pytest.raises(ValueError, match="sequence_batching"):
         sequence.set_dynamic_batching()
+
+
+def test_metric_names_labels_and_kinds_are_checked(pb_utils: ModuleType) -> None:
+    family = pb_utils.MetricFamily("unit_requests", "requests", pb_utils.MetricFamily.COUNTER)
+    counter = family.Metric(labels={"model": "m"})
+    counter.increment(2)
+    assert counter.value() == 2
+    with pytest.raises(pb_utils.TritonModelException, match="non-negative"):
+        counter.increment(-1)
+    with pytest.raises(pb_utils.TritonModelException, match="only a gauge"):
+        counter.set(1)
+    with pytest.raises(pb_utils.TritonModelException, match="label name"):
+        family.Metric(labels={"bad-label": "x"})
+    with pytest.raises(pb_utils.TritonModelException, match="metric name"):
+        pb_utils.MetricFamily("2bad", "x", pb_utils.MetricFamily.GAUGE)
+    with pytest.raises(pb_utils.TritonModelException, match="another kind"):
+        pb_utils.MetricFamily("unit_requests", "requests", pb_utils.MetricFamily.GAUGE)
+    with pytest.raises(pb_utils.TritonModelException, match="buckets"):
+        pb_utils.MetricFamily("unit_sizes", "sizes", pb_utils.MetricFamily.HISTOGRAM).Metric()
