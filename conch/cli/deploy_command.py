@@ -1,0 +1,154 @@
+"""``conch deploy TARGET``: manifests a user reads, commits and lets Argo CD or KServe apply.
+
+Targets, one parser each (``conch deploy TARGET --help``):
+
+- ``kubernetes REPO -o DIR``: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget,
+  ServiceMonitor and PrometheusRule for serving REPO (``conch/deploy/``);
+- ``argocd -o DIR``: an Argo CD Application that syncs those manifests from Git;
+- ``kserve -o DIR``: a KServe ServingRuntime running conch and an example InferenceService;
+- more targets add themselves to :data:`TARGETS` (``monitoring`` comes from ``conch/deploy/monitoring``'s
+  CLI, ``conch/cli/deploy_monitoring.py`` or a function here: register it in :data:`TARGETS`).
+
+Exit codes: 0 written (warnings allowed), 1 the repository does not validate, 2 a usage error (an
+unknown flag, a bad quantity, a bad ``deploy.yaml``). Nothing here imports gRPC when ``conch`` parses its
+arguments: the deploy library loads in ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conch import __version__
+
+#: ``conch deploy <target>``: the function that adds the target's parser (and sets its ``run``).
+TARGETS: dict[str, Callable[[Any], None]] = {}
+
+
+def add_parser(commands: Any) -> None:
+    deploy: argparse.ArgumentParser = commands.add_parser(
+        "deploy",
+        help="write Kubernetes, Argo CD or KServe manifests for a model repository",
+        description="Write plain manifests to commit to Git: conch deploy kubernetes REPO -o DIR, "
+        "conch deploy argocd -o DIR, conch deploy kserve -o DIR. Guide: conch docs deploy.",
+    )
+    targets = deploy.add_subparsers(dest="target", required=True, metavar="TARGET")
+    for add_target in TARGETS.values():
+        add_target(targets)
+
+
+def _kubernetes(targets: Any) -> None:
+    from conch.deploy.settings import KUBERNETES_SETTINGS
+
+    parser: argparse.ArgumentParser = targets.add_parser(
+        "kubernetes",
+        help="Deployment, Service, HPA, PDB, ServiceMonitor, PrometheusRule",
+        description="Check REPO (as conch validate does), then write the Kubernetes manifests that serve "
+        "it. Settings come from flags, else from --config deploy.yaml (the flags' names as keys), else "
+        "the defaults shown.",
+    )
+    parser.add_argument("repository", type=Path, help="the model repository folder the pods serve")
+    _output(parser)
+    parser.add_argument("--config", type=Path, help="a deploy.yaml of settings (keys: the flags' names)")
+    for setting in KUBERNETES_SETTINGS:
+        shown = setting.default if setting.default is not None else "see above"
+        parser.add_argument(
+            setting.flag, type=setting.parse, default=None, help=f"{setting.help} (default {shown})"
+        )
+    parser.set_defaults(run=_run_kubernetes)
+
+
+def _argocd(targets: Any) -> None:
+    parser: argparse.ArgumentParser = targets.add_parser(
+        "argocd",
+        help="an Argo CD Application syncing the manifests from Git",
+        description="Write application.yaml: an Argo CD Application that syncs the manifests "
+        "conch deploy kubernetes wrote (and release.yaml beside them) from --repo-url at --path.",
+    )
+    _output(parser)
+    parser.add_argument("--repo-url", required=True, help="the Git repository holding the manifests")
+    parser.add_argument("--path", required=True, help="the manifests' folder in that repository")
+    parser.add_argument("--revision", default="HEAD", help="branch, tag or commit to follow (default HEAD)")
+    parser.add_argument("--name", default="conch", help="the Application's name (default conch)")
+    parser.add_argument("--namespace", default="default", help="where the manifests go (default default)")
+    parser.add_argument("--argocd-namespace", default="argocd", help="Argo CD's namespace (default argocd)")
+    parser.add_argument("--project", default="default", help="the Argo CD project (default default)")
+    parser.add_argument(
+        "--server",
+        default="https://kubernetes.default.svc",
+        help="the destination cluster's API (default: the cluster Argo CD runs in)",
+    )
+    parser.add_argument("--no-automated", action="store_true", help="sync by hand instead of on every push")
+    parser.add_argument("--no-prune", action="store_true", help="keep objects removed from Git")
+    parser.add_argument("--no-self-heal", action="store_true", help="leave changes made in the cluster")
+    parser.set_defaults(run=_run_argocd)
+
+
+def _kserve(targets: Any) -> None:
+    from conch.deploy.settings import KUBERNETES_SETTINGS
+
+    parse = {setting.flag: setting.parse for setting in KUBERNETES_SETTINGS}
+    parser: argparse.ArgumentParser = targets.add_parser(
+        "kserve",
+        help="a KServe ServingRuntime for conch and an example InferenceService",
+        description="Write servingruntime.yaml (conch for model formats onnx and triton, protocols v2 and "
+        "grpc-v2) and inferenceservice.yaml, whose storage URI KServe's storage initializer copies "
+        "to /mnt/models, the repository conch serves.",
+    )
+    _output(parser)
+    parser.add_argument("--name", default="conch", help="the ServingRuntime's name (default conch)")
+    parser.add_argument("--namespace", default="default", help="namespace of both (default default)")
+    parser.add_argument("--image", default=f"conch:{__version__}", help=f"default conch:{__version__}")
+    parser.add_argument("--service-name", default="conch-models", help="the InferenceService's name")
+    parser.add_argument(
+        "--storage-uri",
+        default="s3://models/repository",
+        help="where the model repository lives (s3://, gs://, pvc://...)",
+    )
+    parser.add_argument(
+        "--model-format",
+        default="triton",
+        choices=("triton", "onnx"),
+        help="the InferenceService's model format (default triton: a whole repository)",
+    )
+    parser.add_argument("--cpu", type=parse["--cpu"], default="1", help="CPU request (default 1)")
+    parser.add_argument("--memory", type=parse["--memory"], default="2Gi", help="memory request (2Gi)")
+    parser.add_argument("--gpus", type=parse["--gpus"], default=0, help="nvidia.com/gpu (default 0)")
+    parser.set_defaults(run=_run_kserve)
+
+
+def _output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", type=Path, required=True, help="folder the YAML files go to")
+
+
+TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve)
+
+
+def _run_kubernetes(args: argparse.Namespace) -> int:
+    from conch.deploy.kubernetes_target import deploy_kubernetes
+
+    return deploy_kubernetes(args, sys.stdout, sys.stderr)
+
+
+def _run_argocd(args: argparse.Namespace) -> int:
+    from conch.deploy.argocd import application
+    from conch.deploy.writer import print_summary, write_manifests
+
+    written = write_manifests(args.output, [("application.yaml", application(args), "")])
+    print_summary(written, sys.stdout)
+    return 0
+
+
+def _run_kserve(args: argparse.Namespace) -> int:
+    from conch.deploy.kserve import inference_service, serving_runtime
+    from conch.deploy.writer import print_summary, write_manifests
+
+    files = [
+        ("servingruntime.yaml", serving_runtime(args), ""),
+        ("inferenceservice.yaml", inference_service(args), ""),
+    ]
+    print_summary(write_manifests(args.output, files), sys.stdout)
+    return 0
