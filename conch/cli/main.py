@@ -37,7 +37,7 @@ from conch.cli.serve_flags import (
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
-TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "release", "docs")
+TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "release", "deploy", "docs")
 
 
 SERVE_DESCRIPTION = (
