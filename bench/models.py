@@ -22,6 +22,23 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 MODELS = {"tiny": (16, 64, 4), "mlp": (512, 2048, 2048, 1000)}
+#: ``python -m bench.sweep``'s family, smallest first: from ``tiny``, where the server's overhead is all
+#: there is, to ``huge``, where ONNX Runtime's compute is; input and output widths differ, so the JSON
+#: and binary codecs see different sizes of tensor on the way in and out.
+SWEEP_MODELS = {
+    "tiny": (16, 64, 4),
+    "s32": (32, 128, 10),
+    "s64": (64, 256, 16),
+    "s128": (128, 512, 32),
+    "s256": (256, 512, 512, 64),
+    "s384": (384, 1024, 1024, 128),
+    "mlp": (512, 2048, 2048, 1000),
+    "s768": (768, 3072, 3072, 1000),
+    "huge": (1024, 4096, 4096, 1000),
+}
+MODELS |= {name: widths for name, widths in SWEEP_MODELS.items() if name not in MODELS}
+#: ``bench.run``'s models when ``--models`` is not given.
+DEFAULT_MODELS = ("tiny", "mlp")
 MAX_BATCH_SIZE = 64
 MAX_QUEUE_DELAY_US = 500
 PEER_CODE = Path(__file__).parent / "peer_code"
@@ -82,7 +99,12 @@ def write_onnx(path: Path, name: str) -> Path:
     return path
 
 
-def write_conch_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
+def multiply_adds(name: str) -> int:
+    """Multiply-adds of one row through the ``name`` MLP: the sweep's measure of model size."""
+    return sum(a * b for a, b in itertools.pairwise(MODELS[name]))
+
+
+def write_conch_repository(root: Path, names: Iterable[str] = DEFAULT_MODELS) -> Path:
     """``root/<model>/config.pbtxt`` and ``root/<model>/1/model.onnx`` for each named model."""
     for name in names:
         write_onnx(root / name / "1" / "model.onnx", name)
@@ -90,7 +112,7 @@ def write_conch_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
     return root
 
 
-def write_triton_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
+def write_triton_repository(root: Path, names: Iterable[str] = DEFAULT_MODELS) -> Path:
     """Python-backend models: ``1/model.py`` (``peer_code/triton_model.py``) runs ``1/model.onnx``."""
     for name in names:
         version = write_onnx(root / name / "1" / "model.onnx", name).parent
@@ -135,7 +157,7 @@ def write_python_backend_repository(root: Path, names: Iterable[str], onnx_calle
     return root
 
 
-def write_mlserver_repository(root: Path, names: Iterable[str] = MODELS) -> Path:
+def write_mlserver_repository(root: Path, names: Iterable[str] = DEFAULT_MODELS) -> Path:
     """``root/<model>/model-settings.json`` with adaptive batching, and the runtime module at ``root``.
 
     MLServer imports ``mlserver_runtime.OnnxMLP``: start it with ``root`` on ``PYTHONPATH``.

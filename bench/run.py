@@ -26,7 +26,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from bench import loadgen, ort_limit, report
-from bench.models import MAX_BATCH_SIZE, MAX_QUEUE_DELAY_US, MODELS
+from bench.models import DEFAULT_MODELS, MAX_BATCH_SIZE, MAX_QUEUE_DELAY_US, MODELS
 from bench.peers import CACHE, PEERS, Peer, PeerUnavailable, package_versions
 from bench.report import CONCURRENCIES, BenchResults, Point, Row
 from bench.servers import ServerError, ServerProcess, measure_between
@@ -41,7 +41,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     add_round_arguments(parser)
     parser.add_argument("--only", default=",".join(PEERS), help=f"servers to run (default {','.join(PEERS)})")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"models (default {','.join(MODELS)})")
+    parser.add_argument(
+        "--models",
+        default=",".join(DEFAULT_MODELS),
+        help=f"models (default {','.join(DEFAULT_MODELS)}; of {','.join(MODELS)})",
+    )
     args = parser.parse_args(argv)
     args.only = choices(parser, "--only", args.only, PEERS)
     args.models = choices(parser, "--models", args.models, MODELS)
