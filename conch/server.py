@@ -17,6 +17,7 @@ from conch.core import datatypes
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
+from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
@@ -57,6 +58,7 @@ class ServerOptions:
 
     strict_readiness: bool = True
     server_name: str = "conch"
+    tensor_limits: TensorLimits = TensorLimits()  # --max-input-elements, --max-request-elements
 
 
 class InferenceServer:

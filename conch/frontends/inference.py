@@ -7,6 +7,7 @@ gRPC; the frontends differ only in how they decode and encode.
 
 from __future__ import annotations
 
+from conch.core.tensor_limits import check_element_counts
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.classified_outputs import classify_outputs
 from conch.router.release_split import ROUTE_KEY_PARAMETER
@@ -21,7 +22,12 @@ async def answer(
     endpoint: str,
     route_key: str | None = None,
 ) -> InferenceResponse:
-    """Run ``request`` and finish its response: classified outputs, outputs written to regions."""
+    """Run ``request`` and finish its response: classified outputs, outputs written to regions.
+
+    A client's request is held to the element caps here; a model's own calls (BLS, ensemble steps)
+    go to the server directly and are not.
+    """
+    check_element_counts(request, server.options.tensor_limits)
     if route_key is not None:
         request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
     response = await server.infer(request, endpoint=endpoint)
