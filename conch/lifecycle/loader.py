@@ -30,6 +30,7 @@ from conch.observability.model_loads import record_load
 from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.model import Model, ModelState, ModelVersion
+from conch.repository.quantized_twin import twin_from_config
 from conch.repository.version_policy import select_versions, version_folders
 from conch.repository.warmup import run_warmup
 from conch.router.circuit_breaker import (
@@ -114,6 +115,7 @@ class ModelLoader:
             infer_backend(config, folder)
             autocomplete.complete_defaults(config, folder.name)
             config_validation.check_identity(config, folder.name)
+            model.twin = twin_from_config(config, gpu=ort_backend.gpu_available())
         except ConchError as exc:
             model.reason = exc.message
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=exc.message)
@@ -121,7 +123,10 @@ class ModelLoader:
         model.config_text = text
         available = version_folders(folder)
         # A release holds its two versions loaded whatever the policy says.
-        numbers = sorted(set(select_versions(config.version_policy, available)) | (pinned & set(available)))
+        selected = select_versions(config.version_policy, available)
+        if model.twin is not None:  # an int8 twin and its fp32 version share a slot of the policy
+            selected = model.twin.served_versions(selected, available)
+        numbers = sorted(set(selected) | (pinned & set(available)))
         if not numbers:
             model.reason = "no version folder matches the version policy"
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=model.reason)

@@ -10,6 +10,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.statistics import ModelStatistics
+from conch.repository.quantized_twin import QuantizedTwin
 from conch.router.circuit_breaker import CircuitBreaker
 from conch.router.fallback import FallbackPolicy, FallbackReason
 from conch.router.strategy import FallbackLevel
@@ -96,6 +97,8 @@ class Model:
     fallback: FallbackPolicy | None = None
     #: The config's ``max_batch_size`` once completed (-1: unknown, the config failed).
     max_batch_size: int = -1
+    #: The config's int8 twin and this server's preference (:mod:`conch.repository.quantized_twin`).
+    twin: QuantizedTwin | None = None
 
     @property
     def ready_versions(self) -> list[ModelVersion]:

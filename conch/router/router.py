@@ -103,6 +103,8 @@ class VersionRouter:
                 return self._marked(model, Route(None, FallbackLevel.BUSINESS, _why_nothing(model), model))
             model.version("")  # the usual 503, with the reasons
         newest = ready[-1]
+        if model.twin is not None:  # the int8 twin or its fp32 version, as this server prefers
+            newest = model.versions[model.twin.answering(newest.version, [v.version for v in ready])]
         if not self._allowed(newest):
             return self._instead(model, newest, FallbackReason.CIRCUIT_OPEN, allow_model=True)
         if newest.stands_in is not None:
