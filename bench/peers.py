@@ -63,12 +63,19 @@ def conch_server(
     return serve_conch(repository, workdir, workers, grpc_relay)
 
 
-def serve_conch(repository: Path, workdir: Path, workers: int = 1, grpc_relay: bool = False) -> ServerProcess:
-    """``conch serve REPOSITORY`` on free loopback ports, its log at ``workdir/conch.log``."""
+def serve_conch(
+    repository: Path,
+    workdir: Path,
+    workers: int = 1,
+    grpc_relay: bool = False,
+    extra: Sequence[str] = (),
+) -> ServerProcess:
+    """``conch serve REPOSITORY`` on free loopback ports, its log at ``workdir/conch.log``; ``extra``
+    adds flags."""
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += [f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
-    command += [f"--workers={workers}", f"--grpc-relay={str(grpc_relay).lower()}"]
+    command += [f"--workers={workers}", f"--grpc-relay={str(grpc_relay).lower()}", *extra]
     return ServerProcess("conch", command, ports, workdir / "conch.log", ready_timeout_s=120)
 
 

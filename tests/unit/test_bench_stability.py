@@ -1,0 +1,57 @@
+"""bench.stability reads every perf_analyzer window and judges a run by perf_analyzer's own verdict."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+import pytest
+
+from bench.stability import Run, parse_args, parse_passes, render, summary_rows
+
+VERBOSE = """\
+Request concurrency: 4
+  Pass [1] throughput: 1040.5 infer/sec. Avg latency: 3810 usec (std 823 usec).
+  Pass [2] throughput: 1750.0 infer/sec. Avg latency: 2281 usec (std 488 usec).
+  Pass [3] throughput: 1400 infer/sec. Avg latency: 2853 usec (std 1465 usec).
+Failed to obtain stable measurement within 10 measurement windows for concurrency 4.
+"""
+
+
+def test_every_window_is_read() -> None:
+    rates, latencies = parse_passes(VERBOSE)
+    assert rates == [1040.5, 1750.0, 1400.0]
+    assert latencies == [3810.0, 2281.0, 2853.0]
+
+
+def test_the_coefficient_of_variation_of_the_windows() -> None:
+    run = Run("conch", "grpc", 4, stable=False, windows=[900.0, 1100.0])
+    assert run.cv == pytest.approx(0.1)
+    assert Run("conch", "grpc", 4, stable=True, windows=[1000.0]).cv is None
+
+
+def test_the_summary_counts_stable_runs_and_quotes_the_worst_cv() -> None:
+    runs = [
+        Run("conch", "grpc", 4, True, [1000.0, 1000.0, 1000.0]),
+        Run("conch", "grpc", 4, False, [800.0, 1200.0], failure="Failed to obtain stable measurement"),
+        Run("triton", "grpc", 4, True, [990.0, 1010.0]),
+    ]
+    lines = summary_rows(runs)
+    assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 |"
+    assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 |"
+    args = argparse.Namespace(
+        servers=["conch", "triton"], window_ms=None, model="tiny", runs=2, conch_args=""
+    )
+
+    text = render(runs, args, datetime(2026, 12, 1, tzinfo=UTC), ["machine"])
+    assert "conch 1 of 2 stable, triton 1 of 1 stable" in text
+    assert "conch grpc c=4: Failed to obtain stable measurement" in text
+
+
+def test_arguments() -> None:
+    args = parse_args([])
+    assert (args.runs, args.concurrencies, args.protocols) == (10, [1, 4, 8, 32], ["grpc", "http"])
+    with pytest.raises(SystemExit):
+        parse_args(["--runs", "0"])
+    with pytest.raises(SystemExit):
+        parse_args(["--servers", "mlserver"])
