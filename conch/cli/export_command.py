@@ -25,7 +25,6 @@ from conch.cli.arguments import at_least
 ONNX_SUFFIXES = (".onnx",)
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth")
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
-SAMPLE_SUFFIXES = (".npy", ".npz")
 
 
 class CommandError(Exception):
@@ -162,24 +161,12 @@ def _load_pickle(path: Path) -> Any:
 
 
 def _load_sample(path: Path) -> Any:
-    if not path.is_file():
-        raise CommandError(f"sample file '{path}' does not exist", exit_code=2)
-    if path.suffix.lower() not in SAMPLE_SUFFIXES:
-        raise CommandError(f"sample '{path}' must be .npy (one array) or .npz (named arrays)", exit_code=2)
-    import zipfile
-
-    import numpy as np
+    from conch.exporting.samples import SampleFileError, read_sample_file
 
     try:
-        if path.suffix.lower() == ".npy":
-            return np.load(path, allow_pickle=False)
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as exc:
-        raise CommandError(
-            f"cannot read sample '{path}': {exc}. Strings must be saved as numpy unicode arrays "
-            "(dtype=str), which load without pickle"
-        ) from None
+        return read_sample_file(path)
+    except SampleFileError as exc:
+        raise CommandError(str(exc), exit_code=2 if exc.usage else 1) from None
 
 
 def _print_written(version_dir: Path) -> None:

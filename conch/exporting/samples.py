@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import sys
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,8 +27,43 @@ from conch.exporting.errors import ExportError
 
 #: Input name given to a sample that is one array.
 SINGLE_INPUT = "input"
+#: Sample files: one array (``.npy``) or one array per input or column (``.npz``).
+SAMPLE_SUFFIXES = (".npy", ".npz")
 #: pandas dtypes (besides dates, durations and complex numbers) with no ONNX tensor type.
 _UNTENSORABLE_DTYPES = ("PeriodDtype", "IntervalDtype")
+
+
+class SampleFileError(ExportError):
+    """A sample file that cannot be read, or (``usage``) that is missing or not .npy or .npz."""
+
+    def __init__(self, message: str, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+def read_sample_file(path: Path) -> np.ndarray | dict[str, np.ndarray]:
+    """A ``.npy`` file's array, or an ``.npz`` file's arrays by name, loaded without pickle.
+
+    Without pickle, because a sample file comes from anywhere and unpickling runs code; so strings
+    must be numpy unicode arrays (``dtype=str``). ``conch export`` and ``conch optimize`` read
+    their samples here.
+    """
+    if not path.is_file():
+        raise SampleFileError(f"sample file '{path}' does not exist", usage=True)
+    if path.suffix.lower() not in SAMPLE_SUFFIXES:
+        raise SampleFileError(
+            f"sample '{path}' must be .npy (one array) or .npz (named arrays)", usage=True
+        )
+    try:
+        if path.suffix.lower() == ".npy":
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise SampleFileError(
+            f"cannot read sample '{path}': {exc}. Strings must be saved as numpy unicode arrays "
+            "(dtype=str), which load without pickle"
+        ) from None
 
 
 def is_data_frame(sample: Any) -> bool:
