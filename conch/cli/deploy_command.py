@@ -128,27 +128,64 @@ TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve)
 
 
 def _run_kubernetes(args: argparse.Namespace) -> int:
-    from conch.deploy.kubernetes_target import deploy_kubernetes
+    from conch.cli.progress import Steps
+    from conch.deploy.manifests import build_files
+    from conch.deploy.repository_check import check_repository, gpu_warning
+    from conch.deploy.settings import DeploySettingsError, read_deploy_file, resolve
+    from conch.deploy.writer import write_manifests
+    from conch.validation import NotAModelOrRepositoryError
+    from conch.validation.report import as_table
 
-    return deploy_kubernetes(args, sys.stdout, sys.stderr)
+    try:
+        file_values = read_deploy_file(args.config) if args.config else {}
+        with Steps(prefix="conch deploy: ") as steps:
+            steps.step(f"checking {args.repository}")
+            facts = check_repository(args.repository, steps.step)
+    except (DeploySettingsError, NotAModelOrRepositoryError) as exc:
+        print(f"conch deploy: {exc}", file=sys.stderr)
+        return 2
+    if facts.has_errors:
+        print(as_table(facts.models, facts.findings))
+        print(
+            f"conch deploy: {args.repository} does not validate; fix the errors above (conch validate "
+            "checks it alone), then deploy again. Nothing was written.",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        settings = resolve(args.repository, vars(args), file_values, facts.shm_size)
+    except DeploySettingsError as exc:
+        print(f"conch deploy: {exc}", file=sys.stderr)
+        return 2
+    warning = gpu_warning(facts, settings.gpus)
+    if warning:
+        print(f"conch deploy: {warning}", file=sys.stderr)
+    _print_summary(write_manifests(args.output, build_files(settings)))
+    return 0
 
 
 def _run_argocd(args: argparse.Namespace) -> int:
     from conch.deploy.argocd import application
-    from conch.deploy.writer import print_summary, write_manifests
+    from conch.deploy.writer import write_manifests
 
-    written = write_manifests(args.output, [("application.yaml", application(args), "")])
-    print_summary(written, sys.stdout)
+    _print_summary(write_manifests(args.output, [("application.yaml", application(args), "")]))
     return 0
 
 
 def _run_kserve(args: argparse.Namespace) -> int:
     from conch.deploy.kserve import inference_service, serving_runtime
-    from conch.deploy.writer import print_summary, write_manifests
+    from conch.deploy.writer import write_manifests
 
     files = [
         ("servingruntime.yaml", serving_runtime(args), ""),
         ("inferenceservice.yaml", inference_service(args), ""),
     ]
-    print_summary(write_manifests(args.output, files), sys.stdout)
+    _print_summary(write_manifests(args.output, files))
     return 0
+
+
+def _print_summary(written: list[Any]) -> None:
+    from conch.cli.progress import print_table
+
+    rows = [(str(file.path), file.kind, file.name) for file in written]
+    print_table(("file", "kind", "name"), rows, title=f"conch deploy: {len(rows)} manifests written")

@@ -68,3 +68,13 @@ def manifest_files() -> list[ManifestFile]:
             if exc.name != module:
                 raise
     return list(_FILES.values())
+
+
+def build_files(settings: DeploySettings) -> list[tuple[str, Manifest, str]]:
+    """``(filename, manifest, preamble)`` for every registered file whose builder returns an object."""
+    files = []
+    for file in manifest_files():
+        manifest = file.build(settings)
+        if manifest is not None:
+            files.append((file.filename, manifest, file.preamble(settings) if file.preamble else ""))
+    return files

@@ -1,0 +1,44 @@
+"""Manifests as files a person reads: block-style YAML in the settings' key order, one object a file.
+
+Each file starts with a comment saying what wrote it, so a reader of the Git tree knows to re-run the
+command rather than hand-edit a generated value; a ``preamble`` (an alternate object, say) follows as
+comment lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conch import __version__
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: Path
+    kind: str
+    name: str
+
+
+def manifest_text(manifest: dict[str, Any], preamble: str = "") -> str:
+    """The YAML of one object, under the header and the ``preamble`` as comments."""
+    lines = [f"# Written by conch {__version__} (conch deploy); re-run it rather than editing by hand."]
+    if preamble:
+        lines += ["#", *(f"# {line}".rstrip() for line in preamble.splitlines())]
+    body = yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+    return "\n".join(lines) + "\n" + body
+
+
+def write_manifests(folder: Path, files: Iterable[tuple[str, dict[str, Any], str]]) -> list[WrittenFile]:
+    """Write each ``(filename, manifest, preamble)`` into ``folder`` (created), replacing what is there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for filename, manifest, preamble in files:
+        path = folder / filename
+        path.write_text(manifest_text(manifest, preamble), encoding="utf-8")
+        written.append(WrittenFile(path, manifest["kind"], manifest["metadata"]["name"]))
+    return written
