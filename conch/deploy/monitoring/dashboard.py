@@ -1,0 +1,344 @@
+"""The Grafana dashboard of a conch deployment, built with ``grafana-foundation-sdk``.
+
+Why the SDK and not a JSON template: its builders are generated from Grafana's own schema, so a
+panel, a query or a template variable cannot be misspelled into JSON Grafana silently ignores. The
+board drills down from the golden signals (latency, traffic, errors) to what explains them: the
+version split of a release, readiness, circuits and fallbacks, cold starts, queue time and GPU memory.
+Every query filters on the ``model`` and ``version`` template variables, except the families conch
+keeps server-wide or per GPU (``conch_requests_total``, ``nv_gpu_*``, ``conch_gpu_*``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, heatmap, prometheus, statetimeline, timeseries
+from grafana_foundation_sdk.builders.common import StackingConfig, VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BarGaugeDisplayMode,
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    StackingMode,
+    TooltipDisplayMode,
+    VisibilityMode,
+    VizOrientation,
+)
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+DASHBOARD_UID = "conch-serving"
+#: The template variables' selector, added to every per-model query.
+VERSION = '{model=~"$model", version=~"$version"}'
+MODEL = '{model=~"$model"}'
+RATE = "[$__rate_interval]"
+_DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+Query = tuple[str, str]
+"""A panel's PromQL and its legend."""
+
+
+def _query(
+    expr: str, legend: str, ref_id: str = "A", *, heatmap_format: bool = False
+) -> prometheus.Dataquery:
+    query = prometheus.Dataquery().expr(expr).legend_format(legend).datasource(_DATASOURCE).range()
+    query = query.ref_id(ref_id)
+    return query.format(PromQueryFormat.HEATMAP) if heatmap_format else query
+
+
+def _timeseries(title: str, unit: str, queries: Sequence[Query], description: str, *, percent: bool = False):
+    panel = timeseries.Panel().title(title).description(description).unit(unit).datasource(_DATASOURCE)
+    panel = panel.height(8).span(12)
+    panel = panel.legend(
+        VizLegendOptions()
+        .display_mode(LegendDisplayMode.LIST)
+        .placement(LegendPlacement.BOTTOM)
+        .show_legend(True)
+    ).tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING))
+    if percent:
+        panel = panel.stacking(StackingConfig().mode(StackingMode.PERCENT)).fill_opacity(60)
+    for ref_id, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
+        panel = panel.with_target(_query(expr, legend, ref_id))
+    return panel
+
+
+def _latency_quantile(quantile: float) -> str:
+    return (
+        f"histogram_quantile({quantile}, sum by (model, le) "
+        f"(rate(conch_inference_request_duration_seconds_bucket{VERSION}{RATE})))"
+    )
+
+
+def _variables(builder: Dashboard) -> Dashboard:
+    model = (
+        QueryVariable("model")
+        .label("Model")
+        .datasource(_DATASOURCE)
+        .query("label_values(nv_inference_request_success, model)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+    version = (
+        QueryVariable("version")
+        .label("Version")
+        .datasource(_DATASOURCE)
+        .query(f"label_values(nv_inference_request_success{MODEL}, version)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.NUMERICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+    source = DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+    return builder.with_variable(source).with_variable(model).with_variable(version)
+
+
+def _golden_signals(builder: Dashboard) -> Dashboard:
+    requests = (
+        f"sum by (model, version) (rate(nv_inference_request_success{VERSION}{RATE}))"
+        f" + sum by (model, version) (rate(nv_inference_request_failure{VERSION}{RATE}))"
+    )
+    latency_heatmap = (
+        heatmap.Panel()
+        .title("Latency heatmap")
+        .description("Successful requests by end-to-end time, per interval.")
+        .datasource(_DATASOURCE)
+        .height(8)
+        .span(12)
+        .calculate(False)
+        .with_target(
+            _query(
+                f"sum by (le) (increase(conch_inference_request_duration_seconds_bucket{VERSION}{RATE}))",
+                "{{le}}",
+                heatmap_format=True,
+            )
+        )
+    )
+    return (
+        builder.with_row(Row("Golden signals"))
+        .with_panel(
+            _timeseries(
+                "Latency P50 / P90 / P99",
+                "s",
+                [(_latency_quantile(q), f"{{{{model}}}} p{round(q * 100)}") for q in (0.5, 0.9, 0.99)],
+                "End-to-end time of successful requests, from conch_inference_request_duration_seconds.",
+            )
+        )
+        .with_panel(latency_heatmap)
+        .with_panel(
+            _timeseries(
+                "Requests per second",
+                "reqps",
+                [(requests, "{{model}} v{{version}}")],
+                "Requests answered and failed, per model version.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "GPU utilisation",
+                "percentunit",
+                [("nv_gpu_utilization", "{{gpu_uuid}}")],
+                "Per GPU, from NVML; empty on a server without a GPU.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Errors by code",
+                "reqps",
+                [
+                    (
+                        f'sum by (protocol, code) (rate(conch_requests_total{{code!~"200|OK"}}{RATE}))',
+                        "{{protocol}} {{code}}",
+                    )
+                ],
+                "Every answer other than 200 / OK on the HTTP and gRPC ports, for the whole server.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Failures by reason",
+                "reqps",
+                [
+                    (
+                        "sum by (model, version, reason) "
+                        f"(rate(nv_inference_request_failure{VERSION}{RATE}))",
+                        "{{model}} v{{version}} {{reason}}",
+                    )
+                ],
+                "Failed requests per model version, by Triton's reason (REJECTED, BACKEND, CANCELED).",
+            )
+        )
+    )
+
+
+def _versions(builder: Dashboard) -> Dashboard:
+    readiness = (
+        statetimeline.Panel()
+        .title("Model readiness")
+        .description("1: READY; 0: loading, unloading or unavailable.")
+        .datasource(_DATASOURCE)
+        .height(8)
+        .span(12)
+        .show_value(VisibilityMode.AUTO)
+        .merge_values(True)
+        .with_target(_query(f"conch_model_ready{VERSION}", "{{model}} v{{version}}"))
+    )
+    circuits = (
+        statetimeline.Panel()
+        .title("Circuit state")
+        .description("0 closed, 1 open, 2 half-open, per model version with a circuit breaker.")
+        .datasource(_DATASOURCE)
+        .height(8)
+        .span(12)
+        .show_value(VisibilityMode.AUTO)
+        .merge_values(True)
+        .with_target(_query(f"conch_circuit_state{VERSION}", "{{model}} v{{version}}"))
+    )
+    return (
+        builder.with_row(Row("Versions, releases and resilience"))
+        .with_panel(
+            _timeseries(
+                "Version split",
+                "percentunit",
+                [
+                    (
+                        f"sum by (model, version) (rate(nv_inference_request_success{MODEL}{RATE}))",
+                        "{{model}} v{{version}}",
+                    )
+                ],
+                "Each version's share of a model's successful requests.",
+                percent=True,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Release weights",
+                "percent",
+                [(f"conch_release_weight{VERSION}", "{{model}} v{{version}}")],
+                "The weight a release in progress gives each version.",
+            )
+        )
+        .with_panel(readiness)
+        .with_panel(circuits)
+        .with_panel(
+            _timeseries(
+                "Fallback answers",
+                "reqps",
+                [
+                    (
+                        f"sum by (model, version, level) (rate(conch_fallback_total{VERSION}{RATE}))",
+                        "{{model}} v{{version}} {{level}}",
+                    )
+                ],
+                "Answers a MODEL, CPU or BUSINESS fallback gave.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Mean queue time",
+                "s",
+                [
+                    (
+                        "sum by (model, version) "
+                        f"(rate(conch_inference_queue_duration_seconds_sum{VERSION}{RATE}))"
+                        " / sum by (model, version) "
+                        f"(rate(conch_inference_queue_duration_seconds_count{VERSION}{RATE}))",
+                        "{{model}} v{{version}}",
+                    )
+                ],
+                "Time requests waited in the queue or for an instance.",
+            )
+        )
+    )
+
+
+def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
+    load_time = (
+        bargauge.Panel()
+        .title("Cold start: mean model load time")
+        .description("Config read, sessions created and warm-up run, per model, since the server started.")
+        .datasource(_DATASOURCE)
+        .unit("s")
+        .orientation(VizOrientation.HORIZONTAL)
+        .display_mode(BarGaugeDisplayMode.GRADIENT)
+        .height(8)
+        .span(12)
+        .with_target(
+            _query(
+                f"sum by (model) (conch_model_load_duration_seconds_sum{MODEL})"
+                f" / sum by (model) (conch_model_load_duration_seconds_count{MODEL})",
+                "{{model}}",
+            )
+        )
+    )
+    return (
+        builder.with_row(Row("Cold start and GPU memory"))
+        .with_panel(load_time)
+        .with_panel(
+            _timeseries(
+                "Model loads",
+                "short",
+                [(f"sum by (model, result) (conch_model_loads_total{MODEL})", "{{model}} {{result}}")],
+                "Loads since the server started, by result.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "GPU memory",
+                "bytes",
+                [
+                    ("nv_gpu_memory_used_bytes", "{{gpu_uuid}} used"),
+                    ("nv_gpu_memory_total_bytes", "{{gpu_uuid}} total"),
+                ],
+                "Per GPU, from NVML; empty on a server without a GPU.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "PyTorch allocator",
+                "bytes",
+                [
+                    ("conch_gpu_memory_reserved_bytes", "{{gpu}} reserved"),
+                    ("conch_gpu_memory_allocated_bytes", "{{gpu}} allocated"),
+                ],
+                "Memory PyTorch's caching allocator holds and gives to tensors; the gap is fragmentation.",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Allocator fragmentation and retries",
+                "short",
+                [
+                    ("conch_gpu_memory_fragmentation_ratio", "{{gpu}} fragmentation"),
+                    (f"rate(conch_gpu_allocation_retries_total{RATE})", "{{gpu}} retries/s"),
+                ],
+                "Share of reserved memory not allocated, and allocations retried after freeing the cache.",
+            )
+        )
+    )
+
+
+def dashboard(title: str = "conch", uid: str = DASHBOARD_UID) -> dict[str, Any]:
+    """The dashboard as Grafana's JSON model (import it, or provision it from ``dashboard.json``)."""
+    builder = (
+        Dashboard(title)
+        .uid(uid)
+        .tags(["conch", "generated"])
+        .refresh("30s")
+        .time("now-1h", "now")
+        .timezone("browser")
+    )
+    for section in (_variables, _golden_signals, _versions, _cold_start_and_gpu):
+        builder = section(builder)
+    built = builder.build()
+    for number, panel in enumerate(built.panels or [], start=1):
+        panel.id_val = number  # Grafana keys a panel's state and links by id
+    model: dict[str, Any] = json.loads(JSONEncoder(sort_keys=True).encode(built))
+    return model
