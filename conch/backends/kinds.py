@@ -11,6 +11,8 @@ ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
 PYTHON_BACKEND = "python"
 ENSEMBLE_PLATFORM = "ensemble"
+PYTORCH_PLATFORM = "pytorch_libtorch"
+PYTORCH_BACKEND = "pytorch"
 
 
 class BackendKind(Enum):
@@ -19,6 +21,7 @@ class BackendKind(Enum):
     ONNX = "onnxruntime"
     PYTHON = "python"
     ENSEMBLE = "ensemble"
+    PYTORCH = "pytorch"
 
 
 def backend_kind(config: mc.ModelConfig) -> BackendKind:
@@ -27,6 +30,8 @@ def backend_kind(config: mc.ModelConfig) -> BackendKind:
         return BackendKind.PYTHON
     if config.platform == ENSEMBLE_PLATFORM:
         return BackendKind.ENSEMBLE
+    if config.platform == PYTORCH_PLATFORM or config.backend == PYTORCH_BACKEND:
+        return BackendKind.PYTORCH
     return BackendKind.ONNX
 
 
@@ -48,4 +53,6 @@ def supported(config: mc.ModelConfig) -> bool:
         return config.platform == ""
     if config.platform == ENSEMBLE_PLATFORM:
         return config.backend == ""
+    if config.platform == PYTORCH_PLATFORM or config.backend == PYTORCH_BACKEND:
+        return config.platform in ("", PYTORCH_PLATFORM) and config.backend in ("", PYTORCH_BACKEND)
     return config.platform in ("", ONNX_PLATFORM) and config.backend in ("", ONNX_BACKEND)

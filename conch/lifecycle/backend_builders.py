@@ -18,6 +18,7 @@ from conch.backends.python.process import ProcessSettings
 from conch.backends.python.stub.conch_ipc import DEFAULT_SEGMENT_BYTES, GROWTH_BYTES
 from conch.lifecycle.loader import ModelLoader
 from conch.lifecycle.python_models import PythonBackendSettings, PythonModelBuilder
+from conch.lifecycle.pytorch_models import PyTorchModelBuilder
 
 if TYPE_CHECKING:
     from conch.server import InferenceServer
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 def register_backend_builders(
     loader: ModelLoader, server: InferenceServer, backend_config: tuple[BackendSetting, ...]
 ) -> None:
-    """Python and ensemble versions, built with ``server``'s entry points (on the running loop)."""
+    """Python and ensemble versions, built with ``server``'s entry points (on the running loop), and
+    PyTorch versions."""
     infer = functools.partial(server.infer, admitted=True)
     loader.builders[BackendKind.PYTHON] = PythonModelBuilder(
         PythonBackendSettings(
@@ -37,6 +39,7 @@ def register_backend_builders(
         )
     )
     loader.builders[BackendKind.ENSEMBLE] = EnsembleBuilder(infer, server.repository.models.get)
+    loader.builders[BackendKind.PYTORCH] = PyTorchModelBuilder(loader.options)
 
 
 def python_process_settings(backend_config: tuple[BackendSetting, ...]) -> ProcessSettings:

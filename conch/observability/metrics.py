@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from conch.observability.exposition import TritonCounter
+from conch.observability.gpu_allocator_metrics import GpuAllocatorCollector
 from conch.observability.host_metrics import HostCollector
 from conch.observability.model_loads import ModelLoadCollector
 from conch.observability.statistics import Duration, Histogram, ModelStatistics
@@ -146,5 +147,6 @@ def create_registry(
     for collector in more:  # the serving process's own: circuit breakers and fallbacks
         registry.register(collector)
     registry.register(HostCollector())
+    registry.register(GpuAllocatorCollector())
     ProcessCollector(registry=registry)
     return registry

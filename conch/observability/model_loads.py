@@ -8,6 +8,11 @@ event it emits (:func:`conch.observability.events.emit`), so the loader never kn
 The figures live in one process-wide :class:`ModelLoadMetrics`, because a metrics registry is made
 per :func:`conch.observability.metrics.create_registry` call while loads happen wherever the server
 loads; :class:`ModelLoadCollector` reads them at scrape time.
+
+A backend that can tell where a load's time went also records its phases
+(``conch_model_load_phase_duration_seconds{model,phase}``): ``context`` (the program read and placed
+on its devices, the CUDA context started) and ``warmup`` (the warm-up runs on every instance). A GPU
+model's cold start is mostly the second, and that is the part a config's warm-up samples change.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class ModelLoadFigures:
     seconds: Histogram = field(default_factory=lambda: Histogram(LOAD_BUCKETS_S))
     successes: int = 0
     failures: int = 0
+    #: Phase name -> its durations, for the backends that record phases.
+    phases: dict[str, Histogram] = field(default_factory=dict)
 
 
 class ModelLoadMetrics:
@@ -51,6 +58,11 @@ class ModelLoadMetrics:
             else:
                 figures.failures += 1
 
+    def record_phase(self, model: str, phase: str, seconds: float) -> None:
+        with self._lock:
+            figures = self._figures.setdefault(model, ModelLoadFigures())
+            figures.phases.setdefault(phase, Histogram(LOAD_BUCKETS_S)).observe(seconds)
+
     def snapshot(self) -> dict[str, ModelLoadFigures]:
         """A copy by model name, so a scrape reads figures no load changes under it."""
         with self._lock:
@@ -58,7 +70,11 @@ class ModelLoadMetrics:
             for model, figures in self._figures.items():
                 seconds = Histogram(LOAD_BUCKETS_S)
                 seconds.add_from(figures.seconds)
-                copies[model] = ModelLoadFigures(seconds, figures.successes, figures.failures)
+                phases = {}
+                for phase, histogram in figures.phases.items():
+                    phases[phase] = Histogram(LOAD_BUCKETS_S)
+                    phases[phase].add_from(histogram)
+                copies[model] = ModelLoadFigures(seconds, figures.successes, figures.failures, phases)
             return copies
 
 
@@ -72,8 +88,14 @@ def record_load(model: str, seconds: float, succeeded: bool) -> None:
     MODEL_LOADS.record(model, seconds, succeeded)
 
 
+def record_load_phase(model: str, phase: str, seconds: float) -> None:
+    """Count ``seconds`` of one version's load of ``model`` spent in ``phase`` (``context``, ``warmup``)."""
+    MODEL_LOADS.record_phase(model, phase, seconds)
+
+
 class ModelLoadCollector(Collector):
-    """``conch_model_load_duration_seconds{model}`` and ``conch_model_loads_total{model,result}``."""
+    """``conch_model_load_duration_seconds{model}``, ``conch_model_loads_total{model,result}`` and
+    ``conch_model_load_phase_duration_seconds{model,phase}``."""
 
     def __init__(self, loads: ModelLoadMetrics = MODEL_LOADS) -> None:
         self._loads = loads
@@ -87,8 +109,18 @@ class ModelLoadCollector(Collector):
         loads = CounterMetricFamily(
             "conch_model_loads", "Model loads, by result (success or failure)", labels=["model", "result"]
         )
+        phases = HistogramMetricFamily(
+            "conch_model_load_phase_duration_seconds",
+            "Time of one phase of a model version's load: context (program read and placed) or warmup",
+            labels=["model", "phase"],
+        )
         for model, figures in sorted(self._loads.snapshot().items()):
-            durations.add_metric([model], figures.seconds.cumulative(), figures.seconds.sum)
-            loads.add_metric([model, "success"], figures.successes)
-            loads.add_metric([model, "failure"], figures.failures)
+            if figures.successes or figures.failures:
+                durations.add_metric([model], figures.seconds.cumulative(), figures.seconds.sum)
+                loads.add_metric([model, "success"], figures.successes)
+                loads.add_metric([model, "failure"], figures.failures)
+            for phase, histogram in sorted(figures.phases.items()):
+                phases.add_metric([model, phase], histogram.cumulative(), histogram.sum)
         yield from (durations, loads)
+        if phases.samples:
+            yield phases

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.kinds import ENSEMBLE_PLATFORM, ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
+from conch.backends.kinds import (
+    ENSEMBLE_PLATFORM,
+    ONNX_BACKEND,
+    ONNX_PLATFORM,
+    PYTHON_BACKEND,
+    PYTORCH_BACKEND,
+    PYTORCH_PLATFORM,
+)
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 from conch.repository.sequence_config import fed_input_names, state_output_names
 
 DEFAULT_MODEL_FILENAME = "model.onnx"
 PYTHON_MODEL_FILENAME = "model.py"
+#: Triton's PyTorch backend file: TorchScript. A ``torch.export`` program is ``model.pt2``.
+PYTORCH_MODEL_FILENAME = "model.pt"
 DEFAULT_MAX_BATCH_SIZE = 4
 #: Triton's ``max_sequence_idle_microseconds`` when the config leaves it out.
 DEFAULT_SEQUENCE_IDLE_US = 1_000_000
@@ -35,14 +44,20 @@ def complete_defaults(config: mc.ModelConfig, model_name: str) -> None:
         config.backend = ONNX_BACKEND
     elif config.backend == ONNX_BACKEND and not config.platform:
         config.platform = ONNX_PLATFORM
+    elif config.platform == PYTORCH_PLATFORM and not config.backend:
+        config.backend = PYTORCH_BACKEND
+    elif config.backend == PYTORCH_BACKEND and not config.platform:
+        config.platform = PYTORCH_PLATFORM
     if config.platform == ENSEMBLE_PLATFORM:
         # An ensemble runs no instances of its own: its steps' models do.
         if not config.version_policy.WhichOneof("policy_choice"):
             config.version_policy.latest.num_versions = 1
         return
     if not config.default_model_filename:
-        python = config.backend == PYTHON_BACKEND
-        config.default_model_filename = PYTHON_MODEL_FILENAME if python else DEFAULT_MODEL_FILENAME
+        config.default_model_filename = {
+            PYTHON_BACKEND: PYTHON_MODEL_FILENAME,
+            PYTORCH_BACKEND: PYTORCH_MODEL_FILENAME,
+        }.get(config.backend, DEFAULT_MODEL_FILENAME)
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):

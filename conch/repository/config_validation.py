@@ -65,10 +65,11 @@ def identity_findings(config: mc.ModelConfig, folder_name: str) -> list[Finding]
                 folder_name,
                 "platform" if config.platform not in ("", ONNX_PLATFORM) else "backend",
                 f"platform '{config.platform}' / backend '{config.backend}' is not supported; "
-                f"use platform '{ONNX_PLATFORM}' or backend '{ONNX_BACKEND}', backend 'python', or "
-                "platform 'ensemble'",
-                f"conch runs ONNX models, Triton Python-backend models and ensembles: export the model to "
-                f'ONNX and set platform: "{ONNX_PLATFORM}", or write a model.py and set backend: "python"',
+                f"use platform '{ONNX_PLATFORM}' or backend '{ONNX_BACKEND}', backend 'python', "
+                "platform 'pytorch_libtorch' / backend 'pytorch', or platform 'ensemble'",
+                "conch runs ONNX models, PyTorch models, Triton Python-backend models and ensembles: "
+                f'export the model to ONNX and set platform: "{ONNX_PLATFORM}", or write a model.py and set '
+                'backend: "python"',
             )
         )
     if config.max_batch_size < 0:

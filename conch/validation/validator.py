@@ -80,6 +80,9 @@ def validate_model(model_dir: Path, progress: Progress | None = None) -> list[Fi
         return found + version_numbers(folder)[1] + ensemble_findings(folder.config, folder.name)
     if backend_kind(folder.config) is BackendKind.PYTHON:
         return found + python_model_findings(folder)
+    if backend_kind(folder.config) is BackendKind.PYTORCH:
+        # Checking a PyTorch program needs torch, an optional extra: the server's load checks it.
+        return found + version_numbers(folder)[1]
     numbers, version_found = version_numbers(folder)
     found += version_found
     warmup_usable = not any(finding.is_error for finding in warmup_files)

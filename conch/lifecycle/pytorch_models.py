@@ -1,0 +1,179 @@
+"""Builds versions of PyTorch models (``platform: "pytorch_libtorch"`` / ``backend: "pytorch"``).
+
+A version is READY once its program is read, its config completed and checked against it, an
+instance placed on each device ``instance_group`` names, and warm-up has run on every instance
+(on GPU instances the cold-start samples of :mod:`conch.backends.pytorch.cold_start` when the config
+has none). The load's two phases are timed apart (``conch_model_load_phase_duration_seconds``).
+
+``KIND_GPU`` on a machine where PyTorch sees no CUDA device follows the lifecycle's rule for ONNX: with
+``CPU`` in the fallback strategy the version serves on CPU instances, marked; without it the load
+fails saying how to fix it. A version that does run on GPUs and has ``CPU`` in its strategy gets a
+CPU build for the router to move to when a run fails with a device error (out of memory included).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.backends.placement import CPU, Placement, instance_placements
+from conch.backends.pytorch.binding import bind, complete_config
+from conch.backends.pytorch.cold_start import cold_start_config
+from conch.backends.pytorch.gpu import check_devices, prepare_gpus
+from conch.backends.pytorch.instance import PyTorchInstance
+from conch.backends.pytorch.options import PyTorchOptions, options_from_config
+from conch.backends.pytorch.program import EXPORT_SUFFIX, Program, import_torch, load_program
+from conch.core.errors import NotFoundError, UnavailableError
+from conch.lifecycle.loader import LoadOptions
+from conch.observability.model_loads import record_load_phase
+from conch.repository.model import ModelVersion
+from conch.repository.warmup import run_warmup
+from conch.router.fallback import FallbackReason, mark_cpu_fallback, strategy_from_config
+from conch.router.strategy import FallbackLevel
+from conch.scheduling import create_scheduler
+from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class PyTorchModelBuilder:
+    """The loader's builder for PyTorch versions, with the loader's server-wide options."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        self.options = options
+
+    def __call__(self, version: ModelVersion, folder: Path, fields: set[str]) -> None:
+        started = time.perf_counter()
+        config = version.config
+        settings = options_from_config(config)
+        torch = import_torch()
+        if settings.intra_op_threads is not None:
+            torch.set_num_threads(settings.intra_op_threads)
+        model_file = _model_file(folder / str(version.version), config, fields)
+        program = load_program(torch, model_file)
+        complete_config(config, program, fields, self.options.default_max_batch_size)
+        placements = self._placements(torch, version, config)
+        if version.fallback_marker[0] is FallbackLevel.CPU:  # CPU stand-ins for GPUs run in fp32
+            settings = replace(settings, half=False)
+        label = f"model '{config.name}' version {version.version}"
+        instances = _instances(torch, model_file, program, config, placements, settings, label)
+        gpu_instances = [i for i in instances if i.device != "cpu"]
+        warming = time.perf_counter()
+        run_warmup(list(instances), config, folder)
+        cold_start = cold_start_config(config) if gpu_instances else None
+        if cold_start is not None:
+            run_warmup(list(gpu_instances), cold_start, folder)
+        record_load_phase(config.name, "context", warming - started)
+        record_load_phase(config.name, "warmup", time.perf_counter() - warming)
+        name = f"{folder.name}-{version.version}"
+        version.scheduler = create_scheduler(config, InstancePool(list(instances), name), version.statistics)
+        if gpu_instances and FallbackLevel.CPU in self._levels(config):
+            version.cpu_fallback = _cpu_build(torch, model_file, version, settings, len(instances), label)
+
+    def _levels(self, config: mc.ModelConfig) -> tuple[FallbackLevel, ...]:
+        return strategy_from_config(config, self.options.fallback_levels)
+
+    def _placements(
+        self, torch: ModuleType, version: ModelVersion, config: mc.ModelConfig
+    ) -> list[Placement]:
+        """The config's placements, or CPU ones when CUDA is absent and the strategy allows it."""
+        placements = instance_placements(config)
+        wanted = sum(p.gpu for p in placements)
+        if not wanted:
+            return placements
+        if not torch.cuda.is_available():
+            if FallbackLevel.CPU not in self._levels(config):
+                raise UnavailableError(
+                    f"the config asks for {wanted} KIND_GPU instance(s) but PyTorch sees no CUDA device: run "
+                    "a CUDA build of torch on a machine with a GPU, use KIND_CPU, or add CPU to "
+                    "FALLBACK_STRATEGY to run on the CPU instead"
+                )
+            version.statistics.gpu_fallback_instances = wanted
+            mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted)
+            return [CPU] * len(placements)
+        gpus = sorted({p.device_id for p in placements if p.gpu})
+        check_devices(torch, gpus, config.name)
+        prepare_gpus(torch, gpus, options_from_config(config).memory_cap, config.name)
+        return placements
+
+
+def _model_file(version_dir: Path, config: mc.ModelConfig, fields: set[str]) -> Path:
+    """The version's file; a version with ``model.pt2`` and no ``model.pt`` is found without the config
+    naming it."""
+    model_file = version_dir / config.default_model_filename
+    if not model_file.is_file() and "default_model_filename" not in fields:
+        exported = model_file.with_suffix(EXPORT_SUFFIX)
+        if exported.is_file():
+            config.default_model_filename = exported.name
+            return exported
+    if not model_file.is_file():
+        raise NotFoundError(f"version {version_dir.name} has no {config.default_model_filename}")
+    return model_file
+
+
+def _instances(
+    torch: ModuleType,
+    model_file: Path,
+    program: Program,
+    config: mc.ModelConfig,
+    placements: list[Placement],
+    settings: PyTorchOptions,
+    label: str,
+) -> list[PyTorchInstance]:
+    """One instance per placement; the instances on one device share one copy of the weights."""
+    binding = bind(config, program)
+    modules: dict[Placement, Any] = {}
+    instances = []
+    for placement in placements:
+        if placement not in modules:
+            # The CPU copy read for the signature serves the CPU; each GPU gets its own read.
+            source = program if not placement.gpu else load_program(torch, model_file)
+            modules[placement] = _prepared(torch, source.module, _device(placement), settings)
+        instances.append(
+            PyTorchInstance(torch, modules[placement], binding, _device(placement), settings, label)
+        )
+    return instances
+
+
+def _device(placement: Placement) -> str:
+    return f"cuda:{placement.device_id}" if placement.gpu else "cpu"
+
+
+def _prepared(torch: ModuleType, module: Any, device: str, settings: PyTorchOptions) -> Any:
+    """``module`` on ``device`` in the config's precision and memory format."""
+    module = module.to(device)
+    if settings.half:
+        module = module.half()
+    if settings.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    return module
+
+
+def _cpu_build(
+    torch: ModuleType,
+    model_file: Path,
+    version: ModelVersion,
+    settings: PyTorchOptions,
+    count: int,
+    label: str,
+) -> Callable[[], Scheduler]:
+    """What builds the version on ``count`` CPU instances when its GPU fails at run time: a fresh
+    read of the file, in fp32 (half precision is slow on CPUs), sharing one copy of the weights."""
+
+    def build() -> Scheduler:
+        config = version.config
+        program = load_program(torch, model_file)
+        cpu_settings = replace(settings, half=False)
+        instances = _instances(torch, model_file, program, config, [CPU] * count, cpu_settings, label)
+        pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu")
+        return create_scheduler(config, pool, version.statistics)
+
+    return build
