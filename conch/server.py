@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from conch import __version__
@@ -58,7 +58,7 @@ class ServerOptions:
 
     strict_readiness: bool = True
     server_name: str = "conch"
-    tensor_limits: TensorLimits = TensorLimits()  # --max-input-elements, --max-request-elements
+    tensor_limits: TensorLimits = field(default_factory=TensorLimits)  # --max-*-elements
 
 
 class InferenceServer:

@@ -27,10 +27,13 @@ from prometheus_client.registry import Collector
 from conch.backends.python.backend_config import BackendSetting
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
-from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
+from conch.core.tensor_limits import TensorLimits
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.frontends.http.connection_limits import limited_protocol
+from conch.frontends.http.limits import HttpLimits
 from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
@@ -88,6 +91,10 @@ class ServeSettings:
     backend_config: tuple[BackendSetting, ...] = ()
     #: Auth, restricted APIs, client rate limits and the in-flight cap (all off by default).
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    #: The ``--http-*`` limits, the tensor element caps and ``--grpc-max-message-bytes``.
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    tensor_limits: TensorLimits = field(default_factory=TensorLimits)
+    grpc_max_message_bytes: int = MAX_MESSAGE_BYTES
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -171,7 +178,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             control.before_scan = store.poll_refresh
     server = InferenceServer(
         repository,
-        ServerOptions(strict_readiness=settings.strict_readiness, server_name=settings.server_name),
+        ServerOptions(settings.strict_readiness, settings.server_name, settings.tensor_limits),
         control,
         releases,
     )
@@ -195,6 +202,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 acceptors=settings.grpc_acceptors,
                 codes=codes.grpc,
                 gateway=gateway,
+                max_message_bytes=settings.grpc_max_message_bytes,
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
@@ -215,7 +223,10 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         print(model_table(repository), flush=True)
     deep_health = DeepHealth(server, settings.deep_health)
     servers = [
-        uvicorn_server(HttpFrontend(server, deep_health=deep_health, codes=codes.http, gateway=gateway))
+        uvicorn_server(
+            HttpFrontend(server, settings.http_limits, deep_health, codes=codes.http, gateway=gateway),
+            settings.http_limits,
+        )
     ]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
     if worker is None:
@@ -223,7 +234,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
         collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
-        servers.append(uvicorn_server(metrics_app(registry)))
+        servers.append(uvicorn_server(metrics_app(registry), settings.http_limits))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         registry_of(server).refuse(
@@ -361,13 +372,16 @@ def run(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
     uvloop.run(serve(settings, worker))
 
 
-def uvicorn_server(app: Any) -> uvicorn.Server:
-    """A uvicorn server for ``app`` on httptools, started with ``serve(sockets=[...])``."""
+def uvicorn_server(app: Any, limits: HttpLimits | None = None) -> uvicorn.Server:
+    """A uvicorn server for ``app`` on httptools with ``limits`` (conch's connection and request-head
+    limits, ``frontends/http/connection_limits.py``), started with ``serve(sockets=[...])``."""
+    limits = limits or HttpLimits()
     # log_config=None: uvicorn's records go to the root handler (--log-format) instead of its own.
     config = uvicorn.Config(
         app,
         loop="none",
-        http="httptools",
+        http=limited_protocol(limits),
+        timeout_keep_alive=int(limits.idle_timeout_secs),
         lifespan="off",
         access_log=False,
         log_level="warning",

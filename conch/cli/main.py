@@ -27,6 +27,7 @@ from conch.cli.arguments import (
     server_name,
 )
 from conch.cli.gateway_flags import gateway_flags, gateway_settings
+from conch.cli.limit_flags import limit_flags, limit_settings
 from conch.cli.serve_flags import (
     backend_flags,
     breaker_defaults,
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     backend_flags(serve)
     resilience_flags(serve)
     gateway_flags(serve)
+    limit_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         state_dir=args.state_dir,
         backend_config=tuple(backend_setting(e) if isinstance(e, str) else e for e in args.backend_config),
         gateway=gateway,
+        **limit_settings(args),
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

@@ -49,11 +49,11 @@ def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np
         data = [data]
     try:
         if dtype.name == "BYTES":
-            flat = _flatten(data)
+            flat = _flatten(name, data)
             array = np.empty(len(flat), dtype=object)
             array[:] = [_to_bytes(name, v) for v in flat]
         else:
-            _check_json_types(name, datatype, dtype.numpy.kind, set(map(type, _flatten(data))))
+            _check_json_types(name, datatype, dtype.numpy.kind, set(map(type, _flatten(name, data))))
             array = np.asarray(data, dtype=dtype.numpy)
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgumentError(
@@ -159,7 +159,7 @@ def _check_json_types(name: str, datatype: str, kind: str, found: set[type]) -> 
     raise InvalidArgumentError(f"input '{name}': {datatype} data must be numbers")
 
 
-def _flatten(data: list[Any]) -> list[Any]:
+def _flatten(name: str, data: list[Any]) -> list[Any]:
     # Nested V2 data is nested throughout; a list mixing scalars and lists is ragged and fails later.
     if not data or not isinstance(data[0], list):
         return data
@@ -168,6 +168,10 @@ def _flatten(data: list[Any]) -> list[Any]:
     while stack:
         for value in stack[-1]:
             if isinstance(value, list):
+                if len(stack) >= MAX_DIMS:
+                    raise InvalidArgumentError(
+                        f"input '{name}': data is nested deeper than {MAX_DIMS} lists, the most a shape has"
+                    )
                 stack.append(iter(value))
                 break
             flat.append(value)

@@ -25,11 +25,14 @@ MODEL_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 DEFAULT_ACCEPTORS = 8
 
 
-def grpc_server_options(reuse_port: bool) -> list[tuple[str, int]]:
+def grpc_server_options(
+    reuse_port: bool, max_message_bytes: int = MAX_MESSAGE_BYTES
+) -> list[tuple[str, int]]:
     """``reuse_port`` lets several worker processes listen on the same port; otherwise a port already
-    taken is an error rather than silently shared."""
+    taken is an error rather than silently shared. A call whose request is over ``max_message_bytes``
+    (``--grpc-max-message-bytes``) ends with RESOURCE_EXHAUSTED before the servicer sees it."""
     return [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", int(reuse_port)),
     ]

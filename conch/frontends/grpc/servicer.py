@@ -20,7 +20,12 @@ from conch.core.errors import ConchError, InvalidArgumentError
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_gate import SERVICE, stream_gate, wrapped_methods
-from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MODEL_INFER_METHOD, grpc_server_options
+from conch.frontends.grpc.grpc_options import (
+    DEFAULT_ACCEPTORS,
+    MAX_MESSAGE_BYTES,
+    MODEL_INFER_METHOD,
+    grpc_server_options,
+)
 from conch.frontends.grpc.status import abort
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.frontends.inference import answer as answer_request
@@ -275,11 +280,12 @@ def create_grpc_server(
     acceptors: int = DEFAULT_ACCEPTORS,
     codes: Counter[str] | None = None,
     gateway: Gateway | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
     :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
     at once, counting each call's final code in ``codes`` and admitting calls through ``gateway``."""
-    grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port))
+    grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port, max_message_bytes))
     servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
     model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)
     grpc_server.add_insecure_port(address)

@@ -17,6 +17,7 @@ from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFo
 from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
+from conch.frontends.http.limits import HttpLimits
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
@@ -45,7 +46,7 @@ class HttpFrontend:
     def __init__(
         self,
         server: InferenceServer,
-        max_body_bytes: int = 512 * 1024 * 1024,
+        limits: HttpLimits | None = None,
         deep_health: DeepHealth | None = None,
         codes: Counter[int] | None = None,
         gateway: Gateway | None = None,
@@ -55,7 +56,9 @@ class HttpFrontend:
         self.codes: Counter[int] = Counter() if codes is None else codes
         #: Auth, restricted APIs, rate limits and the in-flight cap; None when all are off.
         self.gateway = gateway
-        self.max_body_bytes = max_body_bytes
+        #: ``--http-max-body-bytes`` and ``--http-max-json-depth``.
+        limits = limits or HttpLimits()
+        self.max_body_bytes, self.json_depth = limits.max_body_bytes, limits.max_json_depth
         #: ``GET /v2/health/deep``'s checker; the default settings when ``conch serve`` gives none.
         self.deep_health = deep_health or DeepHealth(server)
         #: The system shared-memory regions, shared with the gRPC frontend of the same server.
@@ -133,7 +136,7 @@ class HttpFrontend:
         if route == ["repository", "index"]:
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
-            ready_only = infer_codec.load_json_object(body).get("ready", False) if body else False
+            ready_only = self._body_object(body).get("ready", False)
             if not isinstance(ready_only, bool):
                 raise InvalidArgumentError("'ready' must be true or false")
             entries = self.server.repository_index(ready_only, folders=True)
@@ -144,7 +147,7 @@ class HttpFrontend:
         if len(route) == 4 and route[:2] == ["repository", "models"] and route[3] in ("load", "unload"):
             _require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
-            parameters = infer_codec.load_json_object(body).get("parameters", {}) if body else {}
+            parameters = self._body_object(body).get("parameters", {})
             if not isinstance(parameters, dict):
                 raise InvalidArgumentError("'parameters' must be a JSON object")
             if route[3] == "load":
@@ -276,7 +279,7 @@ class HttpFrontend:
                 return 200, b"", []
             raise InvalidArgumentError(shared_memory_routes.CUDA_REFUSAL)
         body = await read_body(scope, receive, self.max_body_bytes) if action == "register" else b""
-        document = infer_codec.load_json_object(body) if body else {}
+        document = self._body_object(body)
         answer = shared_memory_routes.answer(self.regions, region, action, document)
         return (200, b"", []) if answer is None else _json(200, answer)
 
@@ -290,7 +293,12 @@ class HttpFrontend:
         if action:
             return _json(200, self.server.release_action(name, action[0]))
         body = await read_body(scope, receive, self.max_body_bytes)
-        return _json(200, self.server.start_release(name, infer_codec.load_json_object(body)))
+        document = infer_codec.load_json_object(body, self.json_depth)
+        return _json(200, self.server.start_release(name, document))
+
+    def _body_object(self, body: bytes) -> dict[str, Any]:
+        """A JSON object body, ``{}`` when there is none (the optional bodies of index, load, register)."""
+        return infer_codec.load_json_object(body, self.json_depth) if body else {}
 
     async def _infer(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
         self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
@@ -298,7 +306,7 @@ class HttpFrontend:
         header_length = _header_length(scope)
         leases = RegionLeases(self.regions)
         try:
-            request = infer_codec.decode_request(body, header_length, name, version, leases)
+            request = infer_codec.decode_request(body, header_length, name, version, leases, self.json_depth)
             route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
             response = await answer_request(self.server, request, leases, "HTTP end point", route_key)
         finally:

@@ -15,7 +15,14 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 async def read_body(
     scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], limit: int
 ) -> bytes:
-    """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400."""
+    """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400.
+
+    A ``Content-Length`` over the limit is refused before a byte of the body is read; a chunked body
+    as soon as its chunks add up to more (the connection then closes: ``connection_limits.py``).
+    """
+    declared = _header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise InvalidArgumentError(_too_large(f"request body of {declared} bytes", limit))
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -24,7 +31,7 @@ async def read_body(
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise InvalidArgumentError(f"request body is larger than the {limit} byte limit")
+                raise InvalidArgumentError(_too_large("request body", limit))
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
@@ -39,11 +46,22 @@ async def read_body(
     raise InvalidArgumentError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate")
 
 
-def _content_encoding(scope: dict[str, Any]) -> str:
+def _too_large(what: str, limit: int) -> str:
+    return (
+        f"{what} is larger than the {limit} byte limit (--http-max-body-bytes); send a smaller request "
+        "or split the batch"
+    )
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
     for key, value in scope["headers"]:
-        if key == b"content-encoding":
-            return str(value.decode("latin-1").strip().lower())
-    return ""
+        if key == name:
+            return str(value.decode("latin-1").strip())
+    return None
+
+
+def _content_encoding(scope: dict[str, Any]) -> str:
+    return (_header(scope, b"content-encoding") or "").lower()
 
 
 def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
@@ -53,7 +71,7 @@ def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
     except zlib.error as exc:
         raise InvalidArgumentError(f"request body is not valid {name} data: {exc}") from None
     if len(data) > limit:
-        raise InvalidArgumentError(f"inflated request body is larger than the {limit} byte limit")
+        raise InvalidArgumentError(_too_large("inflated request body", limit))
     if not inflater.eof:
         raise InvalidArgumentError(f"request body is truncated {name} data")
     return data

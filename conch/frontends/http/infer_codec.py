@@ -15,6 +15,7 @@ from conch.core import classification, codecs
 from conch.core import reserved_parameters as reserved
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.frontends.http.limits import DEFAULT_MAX_JSON_DEPTH
 from conch.shared_memory.tensors import RegionLeases, shared_memory_ref
 
 JSON_CONTENT_TYPE = b"application/json"
@@ -27,10 +28,13 @@ def decode_request(
     model_name: str,
     model_version: str,
     regions: RegionLeases | None = None,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> InferenceRequest:
     """Parse an infer request body; ``header_length`` is the binary extension header, if sent.
 
     ``regions`` reads inputs from and holds the outputs' system shared-memory regions (None: refused).
+    The inputs' ``data`` is left out of ``max_json_depth``: its nesting follows the tensor's shape, and
+    :func:`conch.core.codecs.from_json` bounds it by the most dimensions a shape may have.
     """
     view = memoryview(body)
     if header_length is None:
@@ -39,7 +43,7 @@ def decode_request(
         raise InvalidArgumentError(
             f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
         )
-    document = load_json_object(view[:header_length])
+    document = load_json_object(view[:header_length], max_json_depth, skip_tensor_data=True)
     request = InferenceRequest(model_name=model_name, model_version=model_version)
     request.id = _optional(document, "id", str, "")
     request.parameters = _optional(document, "parameters", dict, {})
@@ -102,15 +106,43 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     return b"".join([header, *blobs]), len(header)
 
 
-def load_json_object(data: bytes | memoryview) -> dict[str, Any]:
-    """A request body that must be one JSON object; anything else is a 400 saying why."""
+def load_json_object(
+    data: bytes | memoryview, max_depth: int = DEFAULT_MAX_JSON_DEPTH, skip_tensor_data: bool = False
+) -> dict[str, Any]:
+    """A request body that must be one JSON object nested at most ``max_depth`` deep; anything else
+    is a 400 saying why. ``skip_tensor_data``: an infer request, whose inputs' ``data`` is not counted."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InvalidArgumentError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise InvalidArgumentError("request body must be a JSON object")
+    if json_depth(document, skip_tensor_data) > max_depth:
+        raise InvalidArgumentError(
+            f"request body nests JSON objects and lists more than {max_depth} deep (--http-max-json-depth)"
+        )
     return document
+
+
+def json_depth(document: dict[str, Any], skip_tensor_data: bool = False) -> int:
+    """How deep ``document`` nests objects and lists (``{}`` is 1), walked without recursion.
+
+    ``skip_tensor_data`` leaves out ``inputs[*].data``, which may hold millions of numbers: walking
+    them here would cost more than decoding them.
+    """
+    inputs = document.get("inputs")
+    if skip_tensor_data and isinstance(inputs, list):
+        inputs = [{k: v for k, v in i.items() if k != "data"} if isinstance(i, dict) else i for i in inputs]
+        document = {**document, "inputs": inputs}
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return deepest
 
 
 def _decode_input(
