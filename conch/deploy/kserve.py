@@ -94,7 +94,7 @@ def _resources(args: argparse.Namespace) -> dict[str, Any]:
     requests: dict[str, Any] = {"cpu": args.cpu, "memory": args.memory}
     limits: dict[str, Any] = {"memory": scaled_memory(args.memory, MEMORY_LIMIT_FACTOR)}
     if args.gpus:
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = args.gpus
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(args.gpus)
     return {"requests": requests, "limits": limits}
 
 

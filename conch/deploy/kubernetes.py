@@ -147,7 +147,7 @@ def resources(settings: DeploySettings) -> dict[str, Any]:
     if settings.cpu_limit:
         limits["cpu"] = settings.cpu_limit
     if settings.gpus:
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = settings.gpus
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(settings.gpus)
     return {"requests": requests, "limits": limits}
 
 
