@@ -7,9 +7,12 @@ Tensors hold numpy arrays. Frontends build them as views over the wire bytes whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from conch.observability.tracing import RequestTrace
 
 
 @dataclass(slots=True)
@@ -62,6 +65,8 @@ class InferenceRequest:
     inputs: list[Tensor] = field(default_factory=list)
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: Its span while traced (:mod:`conch.observability.tracing`); None while tracing is off.
+    trace: RequestTrace | None = None
 
     def batch_size(self, batching: bool) -> int:
         """Rows in this request: the first dimension for a batching model, else 1."""

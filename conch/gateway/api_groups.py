@@ -49,6 +49,11 @@ GROUPS = (
 )
 
 _OPEN_HEALTH = Call("health", Access.OPEN)
+#: The status page and its files hold no data (its script reads ``/ui/status.json`` with a token),
+#: so a browser can load it, ask for a token and keep it. Its data is read like the statistics.
+_OPEN_STATUS_PAGE = Call("", Access.OPEN)
+_STATUS_PAGE_FILES = ("/", "/ui", "/ui/", "/ui/status.css", "/ui/status.js")
+_STATUS_DATA = Call("statistics", Access.INFER, listing=True)
 _MODEL_ACTIONS = {
     "": "metadata",
     "ready": "health",
@@ -62,6 +67,10 @@ _MODEL_ACTIONS = {
 
 def http_call(method: str, path: str) -> Call:
     """The call of an HTTP request (``path`` as ASGI gives it)."""
+    if path in _STATUS_PAGE_FILES:
+        return _OPEN_STATUS_PAGE
+    if path == "/ui/status.json":
+        return _STATUS_DATA
     parts = path.strip("/").split("/")
     route = parts[1:] if parts[0] == "v2" else None
     if route is None:

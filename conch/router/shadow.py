@@ -19,6 +19,7 @@ import numpy as np
 
 from conch.core import datatypes
 from conch.core.errors import ConchError
+from conch.observability import tracing
 from conch.release.compare import compare_outputs
 from conch.release.controller import ReleaseController
 from conch.repository.model import ModelVersion
@@ -52,7 +53,12 @@ class ShadowRunner:
         copy = ScheduledRequest(
             request.inputs, list(request.output_names), request.rows, dict(request.parameters)
         )
+        if request.trace is not None and tracing.tracer is not None:
+            shadow = {"conch.model.name": target.name, "conch.model.version": str(target.version)}
+            copy.trace = request.trace.child("shadow", shadow)
         task = asyncio.get_running_loop().create_task(self._run(answered, target, copy, dict(outputs)))
+        if copy.trace is not None:
+            task.add_done_callback(copy.trace.finished)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from conch.core.errors import UnavailableError
+from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
 from conch.scheduling.instance_pool import InstancePool, ModelInstance
@@ -137,6 +138,8 @@ class DynamicBatcher:
         dispatched = self._clock()
         for pending in batch:
             pending.request.queue_ns = dispatched - pending.enqueued_ns
+        traced = tracing.tracer is not None
+        execution = tracing.start_execution([p.request for p in batch], dispatched) if traced else None
         try:
             if self._pool.takes_request_lists:
                 await self._execute_requests(instance, batch)
@@ -164,6 +167,8 @@ class DynamicBatcher:
             raise
         finally:
             self._pool.release(instance)
+            if execution is not None:
+                execution.end()
 
     async def _execute_requests(self, instance: RequestListInstance, batch: list[PendingRequest]) -> None:
         """The batch as its list of requests, each answered (or failed) on its own."""

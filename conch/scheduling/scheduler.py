@@ -15,7 +15,9 @@ import numpy as np
 
 from conch.core.response_stream import ResponseStream
 from conch.core.types import ExecutionTiming
+from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
+from conch.observability.tracing import RequestTrace
 from conch.scheduling.instance_pool import InstancePool
 
 
@@ -60,6 +62,8 @@ class ScheduledRequest:
     id: str = ""
     #: Where a decoupled model's responses go (None: the model answers once, as ``schedule`` returns).
     stream: ResponseStream | None = None
+    #: The request's span while traced; its queue and execute spans hang from it.
+    trace: RequestTrace | None = None
 
     @property
     def alone(self) -> bool:
@@ -95,7 +99,9 @@ class DirectScheduler:
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         waited_from = time.perf_counter_ns()
         instance = await self._pool.acquire()
-        request.queue_ns = time.perf_counter_ns() - waited_from
+        dispatched = time.perf_counter_ns()
+        request.queue_ns = dispatched - waited_from
+        execution = None if tracing.tracer is None else tracing.start_execution([request], dispatched)
         try:
             if self._pool.takes_request_lists:
                 outcomes, timing = await instance.execute([request])
@@ -105,6 +111,8 @@ class DirectScheduler:
                 )
         finally:
             self._pool.release(instance)
+            if execution is not None:
+                execution.end()
         self._statistics.record_execution(request.rows, 1, timing)
         if self._pool.takes_request_lists:
             if isinstance(outcomes[0], BaseException):

@@ -21,6 +21,7 @@ from conch.backends.python import codes
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, UnavailableError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,18 @@ class BlsLink:
     send: Callable[[dict[str, Any]], None]
 
 
-async def answer_bls(message: dict[str, Any], link: BlsLink) -> None:
+async def answer_bls(message: dict[str, Any], link: BlsLink, parent: Any = None) -> None:
     """A call from the model to a model of the server, answered whatever happens. A decoupled
-    call (``exec(decoupled=True)``) gets each response as it comes, then an empty final one."""
+    call (``exec(decoupled=True)``) gets each response as it comes, then an empty final one.
+
+    ``parent``: the traced execution that made the call; the call is then a span under it."""
     decoupled = bool(message.get("decoupled"))
     reply: dict[str, Any] = {"op": "bls_response", "bls": message["bls"], "final": not decoupled}
+    request: InferenceRequest | None = None
     try:
         request = _request(message, link.segments)
+        if parent is not None and tracing.tracer is not None:
+            request.trace = tracing.bls_request(parent, request.model_name, request.model_version)
         timeout_us = message.get("timeout_us") or 0
         if decoupled:
             await _within(_stream(message["bls"], request, link), request, timeout_us)
@@ -63,6 +69,9 @@ async def answer_bls(message: dict[str, Any], link: BlsLink) -> None:
     finally:
         if message.get("segment"):
             link.send({"op": "release", "segment": message["segment"]})
+        if request is not None and request.trace is not None:
+            error = (reply.get("response") or {}).get("error")
+            request.trace.finish({}, error[0] if error else None)
     if "response" in reply:
         link.send(reply)
     if decoupled:

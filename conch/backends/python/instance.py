@@ -37,6 +37,7 @@ from conch.backends.python.process import ModelProcess, ProcessSettings
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
 from conch.core.types import ExecutionTiming
+from conch.observability import tracing
 from conch.observability.custom_metrics import CUSTOM_METRICS
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class _Call:
     keys: list[int]
     #: Each request's requested outputs, to pick them from the answers.
     wanted: list[list[str]]
+    #: The batch span of a traced execution: the model's BLS calls meanwhile are spans under it.
+    trace: Any = None
 
 
 class PythonInstance:
@@ -252,7 +255,8 @@ class PythonInstance:
                 self._late.stream_to(key, request.stream)
         call = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
-        self._calls[call] = _Call(future, keys, [list(request.output_names) for request in requests])
+        traced = None if tracing.tracer is None else tracing.execution_of(requests)
+        self._calls[call] = _Call(future, keys, [list(request.output_names) for request in requests], traced)
         self._send({"op": "execute", "call": call, "segment": segment, "requests": entries})
         try:
             reply = await future
@@ -315,9 +319,14 @@ class PythonInstance:
             link = BlsLink(
                 self.inference, self.inference_stream, self.spec.label, self._segments, self._pool, self._send
             )
-            self._spawn(answer_bls(message, link))
+            self._spawn(answer_bls(message, link, self._bls_parent() if tracing.tracer else None))
         elif op in ("log", "metric", "forget"):
             self._side_message(message)
+
+    def _bls_parent(self) -> Any:
+        """The batch span a BLS call comes from: the one execution in flight, if traced."""
+        calls = list(self._calls.values())
+        return calls[0].trace if len(calls) == 1 else None
 
     def _on_response(self, message: dict[str, Any]) -> None:
         entry = message["responses"][0]

@@ -18,6 +18,7 @@ from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
@@ -71,11 +72,13 @@ class HttpFrontend:
         if scope["type"] != "http":
             return
         admitted: list[tuple[bytes, bytes]] = []
+        receive = tracked = TrackedReceive(receive)
         if self.gateway is not None:
             try:
                 admitted = self._admit(scope)
             except ConchError as exc:
-                await self._send(send, *_refusal(exc))
+                status, body, headers = _refusal(exc)
+                await self._send(send, status, body, await self._unread_body(tracked, headers))
                 return
         if scope["path"].endswith("/generate_stream"):
             await self._generate_stream(scope, receive, send)
@@ -89,7 +92,16 @@ class HttpFrontend:
             status, body, headers = _error(ErrorKind.INTERNAL.http_status, "internal server error")
         if admitted:
             headers.extend(admitted)
-        await self._send(send, status, body, headers)
+        await self._send(send, status, body, await self._unread_body(tracked, headers))
+
+    async def _unread_body(
+        self, tracked: TrackedReceive, headers: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        """``headers``, after reading off what the answer left of the request body (see
+        :mod:`conch.frontends.http.unread_body`), with ``Connection: close`` where it was too large."""
+        if not tracked.finished and not await tracked.drain(self.max_body_bytes):
+            headers.append(CLOSE_HEADER)
+        return headers
 
     async def _send(self, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         self.codes[status] += 1
