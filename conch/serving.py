@@ -55,6 +55,7 @@ from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
+from conch.status_page.sampling import keep_sampling
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         )
     ]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
+    tasks.append(asyncio.create_task(keep_sampling(server)))  # the status page's recent traffic
     if worker is None:
         assert metrics_socket is not None
         collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]

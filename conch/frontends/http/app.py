@@ -27,6 +27,7 @@ from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import registry_of
 from conch.shared_memory.tensors import RegionLeases
+from conch.status_page.page import StatusPage, is_status_path
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class HttpFrontend:
         self.deep_health = deep_health or DeepHealth(server)
         #: The system shared-memory regions, shared with the gRPC frontend of the same server.
         self.regions = registry_of(server)
+        #: ``/`` and ``/ui``: the status page and its data.
+        self.status_page = StatusPage(server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -125,6 +128,8 @@ class HttpFrontend:
 
     async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
         method = scope["method"]
+        if is_status_path(scope["path"]):
+            return await self.status_page.answer(method, scope["path"], scope.get(GRANT_KEY))
         parts = scope["path"].strip("/").split("/")
         if not parts or parts[0] != "v2":
             raise NotFoundError(f"no route for {scope['path']}")
