@@ -188,6 +188,8 @@ def _versions(builder: Dashboard) -> Dashboard:
         .span(12)
         .show_value(VisibilityMode.AUTO)
         .merge_values(True)
+        .fill_opacity(70)
+        .line_width(0)
         .with_target(_query(f"conch_model_ready{VERSION}", "{{model}} v{{version}}"))
     )
     circuits = (
@@ -199,6 +201,8 @@ def _versions(builder: Dashboard) -> Dashboard:
         .span(12)
         .show_value(VisibilityMode.AUTO)
         .merge_values(True)
+        .fill_opacity(70)
+        .line_width(0)
         .with_target(_query(f"conch_circuit_state{VERSION}", "{{model}} v{{version}}"))
     )
     return (
