@@ -37,14 +37,17 @@ def backend_kind(config: mc.ModelConfig) -> BackendKind:
 
 def infer_backend(config: mc.ModelConfig, folder: Path) -> None:
     """A config that names no platform, backend or file gets the backend its files show, as Triton's
-    auto-complete does: version folders holding ``model.py`` and no ``model.onnx`` are a Python model."""
+    auto-complete does: version folders holding ``model.py`` and no ``model.onnx`` are a Python model;
+    ``model.pt`` or ``model.pt2`` (and neither of the others) a PyTorch model."""
     if config.platform or config.backend or config.default_model_filename:
         return
     versions = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
-    if any((v / "model.py").is_file() for v in versions) and not any(
-        (v / "model.onnx").is_file() for v in versions
-    ):
+    if any((v / "model.onnx").is_file() for v in versions):
+        return
+    if any((v / "model.py").is_file() for v in versions):
         config.backend = PYTHON_BACKEND
+    elif any((v / name).is_file() for v in versions for name in ("model.pt", "model.pt2")):
+        config.backend = PYTORCH_BACKEND
 
 
 def supported(config: mc.ModelConfig) -> bool:
