@@ -38,7 +38,7 @@ from conch.cli.serve_flags import (
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
-TOOLCHAIN_COMMANDS = ("export", "validate", "package", "install", "release", "deploy", "docs")
+TOOLCHAIN_COMMANDS = ("export", "validate", "optimize", "package", "install", "release", "deploy", "docs")
 
 
 SERVE_DESCRIPTION = (

@@ -1,0 +1,170 @@
+"""The int8 twin against its fp32 version: the release gate's prediction figures, speed and size.
+
+**Agreement and drift** are the release gate's own (:mod:`conch.release.compare`, counted by
+:class:`conch.release.gate.StepFigures` and judged by :func:`conch.release.gate.judge`), with each
+row of the evaluation rows taken as one request: a row agrees when every output makes the same
+decision (the argmax of class scores, equal labels, a regression value within float32's tolerance);
+its drift is ``1 - cosine`` of its float outputs. A model that does not batch is compared on its
+rows as one request. The twin is refused when agreement is below ``min_agreement`` or when more rows
+than the gate's ``max_drift_fraction`` drift beyond its ``drift_threshold``.
+
+**Speed** is the median wall time of one batch (the first ``batch_rows`` rows, the most the server
+batches for this model) over :data:`TIMED_RUNS` runs after :data:`WARM_RUNS`, with ONNX Runtime's
+sessions built as ``conch serve`` builds them (same threads and graph optimization), one version
+after the other on the same rows. **Size** is the version folder's model files on disk.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tritonclient.grpc import model_config_pb2 as mc
+
+from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
+from conch.core.types import ExecutionTiming
+from conch.packaging.metadata import METADATA_FILENAME
+from conch.release.compare import compare_outputs
+from conch.release.gate import GateLimits, Judgement, StepFigures, judge
+from conch.release.spec import GateSpec
+
+WARM_RUNS = 3
+TIMED_RUNS = 30
+#: The release gate's defaults for the drift check.
+DRIFT_THRESHOLD = GateSpec().drift_threshold
+MAX_DRIFT_FRACTION = GateSpec().max_drift_fraction
+
+
+@dataclass(frozen=True)
+class VersionCost:
+    """One version's size and speed on this machine."""
+
+    version: int
+    size_bytes: int
+    median_batch_ms: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What the int8 twin was measured at against its fp32 version, and whether it passes."""
+
+    rows: int
+    batch_rows: int
+    compared: int
+    agreement: float
+    drift_fraction: float | None
+    min_agreement: float
+    judgement: Judgement
+    fp32: VersionCost
+    int8: VersionCost
+
+    @property
+    def passed(self) -> bool:
+        return not self.judgement.failed
+
+    def as_json(self) -> dict[str, Any]:
+        """The figures for ``quantization.json`` and ``--json``."""
+        return {
+            "rows": self.rows,
+            "batch_rows": self.batch_rows,
+            "compared_requests": self.compared,
+            "agreement": self.agreement,
+            "drift_fraction": self.drift_fraction,
+            "drift_threshold": DRIFT_THRESHOLD,
+            "min_agreement": self.min_agreement,
+            "max_drift_fraction": MAX_DRIFT_FRACTION,
+            "passed": self.passed,
+            "fp32": asdict(self.fp32),
+            "int8": asdict(self.int8),
+        }
+
+
+def compare_versions(
+    config: mc.ModelConfig,
+    fp32_file: Path,
+    int8_file: Path,
+    rows: Mapping[str, np.ndarray],
+    min_agreement: float,
+) -> Comparison:
+    """Run both files on ``rows`` (graph feeds) and measure them (see the module's docstring)."""
+    batching = config.max_batch_size > 0
+    count = len(next(iter(rows.values()))) if batching else 1
+    batch_rows = min(config.max_batch_size, count) if batching else count
+    fp32, int8 = open_session(fp32_file, config), open_session(int8_file, config)
+    figures = StepFigures(DRIFT_THRESHOLD)
+    datatypes = {tensor.name: tensor.datatype for tensor in read_signature(fp32).outputs}
+    baseline = _outputs(fp32, rows, batch_rows, batching)
+    candidate = _outputs(int8, rows, batch_rows, batching)
+    for index in range(count) if batching else [None]:
+        figures.record_comparison(
+            compare_outputs(_row(baseline, index), _row(candidate, index), datatypes, sorted(datatypes))
+        )
+    snapshot = figures.snapshot()
+    limits = GateLimits(0, math.inf, math.inf, min_agreement, MAX_DRIFT_FRACTION)
+    batch = {name: array[:batch_rows] for name, array in rows.items()} if batching else dict(rows)
+    return Comparison(
+        rows=count,
+        batch_rows=batch_rows,
+        compared=int(snapshot.compared),
+        agreement=snapshot.agreements / snapshot.compared,
+        drift_fraction=snapshot.drifted / snapshot.drift_scored if snapshot.drift_scored else None,
+        min_agreement=min_agreement,
+        judgement=judge(snapshot, limits),
+        fp32=VersionCost(_version(fp32_file), model_size(fp32_file.parent), _median_ms(fp32, batch)),
+        int8=VersionCost(_version(int8_file), model_size(int8_file.parent), _median_ms(int8, batch)),
+    )
+
+
+def model_size(version_dir: Path) -> int:
+    """Bytes of the version folder's files, without the records conch writes beside the model."""
+    return sum(
+        path.stat().st_size
+        for path in version_dir.rglob("*")
+        if path.is_file() and path.name != METADATA_FILENAME and path.suffix != ".json"
+    )
+
+
+def _outputs(
+    session: ort.InferenceSession, rows: Mapping[str, np.ndarray], batch_rows: int, batching: bool
+) -> dict[str, np.ndarray]:
+    """Every output on every row, run in batches the server could form (graph shapes, no config)."""
+    instance = OnnxRuntimeInstance(session, mc.ModelConfig())
+    names = [node.name for node in session.get_outputs()]
+    if not batching:
+        return instance.run(dict(rows), names, ExecutionTiming())
+    count = len(next(iter(rows.values())))
+    parts = [
+        instance.run({n: a[start : start + batch_rows] for n, a in rows.items()}, names, ExecutionTiming())
+        for start in range(0, count, batch_rows)
+    ]
+    return {name: np.concatenate([part[name] for part in parts]) for name in names}
+
+
+def _row(outputs: Mapping[str, np.ndarray], index: int | None) -> dict[str, np.ndarray]:
+    if index is None:
+        return dict(outputs)
+    return {name: array[index : index + 1] for name, array in outputs.items()}
+
+
+def _median_ms(session: ort.InferenceSession, batch: Mapping[str, np.ndarray]) -> float:
+    feeds = dict(batch)
+    for _ in range(WARM_RUNS):
+        session.run(None, feeds)
+    times = []
+    for _ in range(TIMED_RUNS):
+        started = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def _version(model_file: Path) -> int:
+    name = model_file.parent.name
+    return int(name) if name.isdigit() else 0
