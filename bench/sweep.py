@@ -195,7 +195,7 @@ def measure_size(
     loadgen.run_wrk(url, body, max(args.concurrencies), WARMUP_S, workdir)
     for row in rows:
         for concurrency in args.concurrencies:
-            load = _point(server, size, row.protocol, concurrency, body, args.seconds, workdir)
+            load = point_load(server, size, row.protocol, concurrency, body, args.seconds, workdir)
             result, times = measure_between(server, size, load)
             row.add((size, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
             print(
@@ -205,7 +205,7 @@ def measure_size(
             )
 
 
-def _point(
+def point_load(
     server: ServerProcess,
     size: str,
     protocol: str,

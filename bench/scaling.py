@@ -1,0 +1,174 @@
+"""``python -m bench.scaling``: conch's throughput with its processes pinned to 1 core against more.
+
+Why: every request's protocol work (HTTP parsing, JSON and protobuf, gRPC's per-call cost) runs on the
+event loop of the process that owns the connection. Whether conch gets faster with more cores is the
+question a user sizing a pod asks. The server (and every process it starts) runs under ``taskset -c``
+on the first N cores, for each N of ``--cores``, with one process (``--workers 1``) and with one per
+core (``--workers N``, a full copy of the server per process sharing the ports); the load is the same
+for every configuration. The load generator is not pinned: on a machine with as many cores as the
+largest N it shares them with the server, so the figures are indicative there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import loadgen
+from bench.models import MODELS, write_conch_repository
+from bench.peers import serve_conch
+from bench.run import RESULTS, conch_revision, describe_machine, keep_log, loadavg
+from bench.servers import ServerError, ServerProcess
+from bench.sweep import point_load
+
+PROTOCOLS = ("http_json", "http_binary", "grpc")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One configuration: the cores the server may use and its number of processes."""
+
+    cores: int
+    workers: int
+
+    @property
+    def name(self) -> str:
+        cores = f"{self.cores} core" + ("s" if self.cores > 1 else "")
+        return f"{cores}, {self.workers} worker" + ("s" if self.workers > 1 else "")
+
+
+def setups(cores: Sequence[int]) -> list[Setup]:
+    """For each core count: one process, and (above one core) one process per core."""
+    found = []
+    for n in cores:
+        found.append(Setup(n, 1))
+        if n > 1:
+            found.append(Setup(n, n))
+    return found
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
+    available = len(os.sched_getaffinity(0))
+    parser.add_argument(
+        "--cores", default=",".join(str(n) for n in (1, 2, 4, 8, 16) if n <= available), help="core counts"
+    )
+    parser.add_argument("--model", default="tiny", choices=list(MODELS))
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        args.cores = sorted({int(n) for n in args.cores.split(",") if n.strip()})
+    except ValueError:
+        parser.error("--cores: expected integers like 1,2")
+    if not args.cores or min(args.cores) < 1 or max(args.cores) > available:
+        parser.error(f"--cores: each count from 1 to the {available} cores this process may use")
+    if args.rounds < 1 or args.clients < 1:
+        parser.error("--rounds and --clients must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = datetime.now(UTC)
+    machine = describe_machine()
+    cpus = sorted(os.sched_getaffinity(0))
+    rates: dict[tuple[Setup, str], list[float]] = {}
+    plan = setups(args.cores)
+    with tempfile.TemporaryDirectory(prefix="conch-bench-scaling-") as folder:
+        repository = write_conch_repository(Path(folder) / "repo", [args.model])
+        body = Path(folder) / "body.json"
+        body.write_bytes(loadgen.infer_body(args.model))
+        for number in range(1, args.rounds + 1):
+            for setup in plan if number % 2 else list(reversed(plan)):
+                workdir = Path(folder) / f"{setup.cores}-{setup.workers}"
+                pinned = ",".join(map(str, cpus[: setup.cores]))
+                server = serve_conch(repository, workdir, workers=setup.workers)
+                server.command = ["taskset", "-c", pinned, *server.command]
+                try:
+                    with server:
+                        measure_setup(server, setup, number, args, body, workdir, rates)
+                except (ServerError, OSError) as exc:
+                    print(f"{setup.name}: {str(exc).splitlines()[0]}", file=sys.stderr)
+                finally:
+                    keep_log(workdir / "conch.log")
+    machine.append(f"load average at the end: {loadavg()}")
+    text = render(rates, plan, args, started, machine)
+    print("\n" + text)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    path = args.results_dir / (started.strftime("%Y-%m-%d-%H%M%S") + "-scaling.md")
+    path.write_text(text)
+    print(f"bench.scaling: written to {path}")
+    return 0
+
+
+def measure_setup(
+    server: ServerProcess,
+    setup: Setup,
+    number: int,
+    args: argparse.Namespace,
+    body: Path,
+    workdir: Path,
+    rates: dict[tuple[Setup, str], list[float]],
+) -> None:
+    """A sanity request, then one point per protocol at ``args.clients``; a failed point counts 0."""
+    server.post_json(f"/v2/models/{args.model}/infer", body.read_bytes())
+    for protocol in PROTOCOLS:
+        result = point_load(server, args.model, protocol, args.clients, body, args.seconds, workdir)()
+        rates.setdefault((setup, protocol), []).append(result.throughput if result.ok else 0.0)
+        status = result.failure or result.note or "ok"
+        print(f"round {number}, {setup.name}, {protocol}: {result.throughput:,.0f}/s ({status})", flush=True)
+
+
+def render(
+    rates: dict[tuple[Setup, str], list[float]],
+    plan: Sequence[Setup],
+    args: argparse.Namespace,
+    started: datetime,
+    machine: Sequence[str],
+) -> str:
+    """Median throughput per setup and protocol, and its ratio to one core, one process."""
+    base = plan[0]
+    lines = [
+        f"# conch on 1 core against more, {started.strftime('%Y-%m-%d %H:%M UTC')}\n",
+        f"`{args.model}` at {args.clients} clients; median of {args.rounds} round(s) [lowest-highest]; "
+        f"ratio to {base.name}.\n",
+        "| setup | " + " | ".join(PROTOCOLS) + " |",
+        "|---|" + "---|" * len(PROTOCOLS),
+    ]
+    for setup in plan:
+        cells = []
+        for protocol in PROTOCOLS:
+            found = rates.get((setup, protocol), [])
+            reference = rates.get((base, protocol), [])
+            if not found or not reference or statistics.median(reference) <= 0:
+                cells.append("-")
+                continue
+            ratio = statistics.median(found) / statistics.median(reference)
+            cells.append(
+                f"{statistics.median(found):,.0f}/s [{min(found):,.0f}-{max(found):,.0f}], {ratio:.2f}x"
+            )
+        lines.append(f"| {setup.name} | " + " | ".join(cells) + " |")
+    lines += [
+        "\n## Machine\n",
+        *(f"- {line}" for line in machine),
+        f"- conch {conch_revision()}",
+        "\n## Method\n",
+        "- the server and its children under `taskset -c` on the first N cores; the load generators "
+        "(wrk for HTTP JSON, perf_analyzer for HTTP binary and gRPC) unpinned, sharing the cores",
+        "- rounds alternate the order of the setups",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""bench.scaling's plan and its ratios to one core and one process."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from bench.scaling import Setup, render, setups
+
+
+def test_each_core_count_runs_with_one_process_and_with_one_per_core() -> None:
+    assert setups([1, 2, 4]) == [Setup(1, 1), Setup(2, 1), Setup(2, 2), Setup(4, 1), Setup(4, 4)]
+    assert Setup(2, 2).name == "2 cores, 2 workers" and Setup(1, 1).name == "1 core, 1 worker"
+
+
+def test_ratios_are_medians_against_one_core() -> None:
+    plan = setups([1, 2])
+    rates = {(plan[0], "grpc"): [1000.0, 900.0, 1100.0], (plan[2], "grpc"): [1600.0, 1700.0, 1500.0]}
+    args = argparse.Namespace(model="tiny", clients=32, rounds=3)
+    text = render(rates, plan, args, datetime(2026, 12, 1, tzinfo=UTC), [])
+    assert "| 2 cores, 2 workers | - | - | 1,600/s [1,500-1,700], 1.60x |" in text
+    assert "| 1 core, 1 worker | - | - | 1,000/s [900-1,100], 1.00x |" in text
