@@ -15,7 +15,7 @@ import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceResponse
-from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
+from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
@@ -183,6 +183,9 @@ class HttpFrontend:
             return _json(200, stats)
         if route[0] == "models" and len(route) >= 2:
             return await self._model_route(scope, receive, method, route[1], route[2:])
+        if route == ["logging"]:
+            body = await read_body(scope, receive, self.max_body_bytes) if method == "POST" else b""
+            return _json(200, log_settings.answer(method, self._body_object(body)))
         raise NotFoundError(f"no route for {scope['path']}")
 
     async def _model_route(
