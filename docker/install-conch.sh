@@ -1,0 +1,14 @@
+#!/bin/sh
+# Install conch from the source tree SOURCE into a new virtual environment PREFIX:
+#   install-conch.sh PREFIX [SOURCE]
+# The Dockerfile's build stage runs it, and CI runs it into a fresh venv on the machine
+# (tests/integration/test_deploy_image.py), so the image's install steps are tested without a Docker
+# daemon. Every dependency comes pinned (==) from SOURCE's pyproject.toml.
+set -eu
+prefix="$1"
+source="${2:-.}"
+python3 -m venv "$prefix"
+"$prefix/bin/pip" install --quiet "$source"
+# The image must start: the entry point resolves and the serving path imports.
+"$prefix/bin/conch" --version
+"$prefix/bin/python" -c "import conch.serving, onnxruntime, grpc"
