@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
+from conch.cli.deploy_monitoring import add_monitoring_target
 
 #: ``conch deploy <target>``: the function that adds the target's parser (and sets its ``run``).
 TARGETS: dict[str, Callable[[Any], None]] = {}
@@ -124,7 +125,7 @@ def _output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder the YAML files go to")
 
 
-TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve)
+TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve, monitoring=add_monitoring_target)
 
 
 def _run_kubernetes(args: argparse.Namespace) -> int:
