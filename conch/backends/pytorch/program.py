@@ -12,6 +12,7 @@ must give each tensor's name, data_type and dims.
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -66,7 +67,9 @@ def load_program(torch: ModuleType, model_file: Path) -> Program:
     try:
         if exported:
             return _exported_program(torch, torch.export.load(str(model_file)))
-        module = torch.jit.load(str(model_file), map_location="cpu")
+        with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript, which Triton repositories hold
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(model_file), map_location="cpu")
     except (RuntimeError, ValueError, OSError, KeyError, EOFError) as exc:
         kind = "torch.export program" if exported else "TorchScript module"
         reason = str(exc).replace(str(model_file.parent), "").strip().splitlines()
