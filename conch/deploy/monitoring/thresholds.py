@@ -101,9 +101,9 @@ def thresholds_from(values: dict[str, Any]) -> AlertThresholds:
                 )
         elif each.name.endswith("_ratio"):
             if not 0 < value < 1:
-                raise InvalidArgumentError(f"{flag} {value} must be between 0 and 1, e.g. 0.05 for 5%")
+                raise InvalidArgumentError(f"{flag} {value:g} must be between 0 and 1, e.g. 0.05 for 5%")
         elif value <= 0:
-            raise InvalidArgumentError(f"{flag} {value} must be above 0")
+            raise InvalidArgumentError(f"{flag} {value:g} must be above 0")
     return thresholds
 
 
