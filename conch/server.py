@@ -309,6 +309,7 @@ class InferenceServer:
             in_flight=self.in_flight,
             id=request.id,
             stream=stream,
+            trace=request.trace,
         )
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

@@ -40,6 +40,7 @@ from conch.lifecycle.backend_builders import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
+from conch.observability import tracing
 from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
@@ -48,6 +49,7 @@ from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollecto
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
+from conch.observability.tracing import TraceSettings
 from conch.release.declarations import reconcile_files, resume_saved
 from conch.release.runner import check_releases, release_controller
 from conch.repository.model_repository import ModelRepository
@@ -92,6 +94,8 @@ class ServeSettings:
     backend_config: tuple[BackendSetting, ...] = ()
     #: Auth, restricted APIs, client rate limits and the in-flight cap (all off by default).
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    #: Where OpenTelemetry traces go and how many (off by default; see conch.observability.tracing).
+    tracing: TraceSettings = field(default_factory=TraceSettings)
     #: The ``--http-*`` limits, the tensor element caps and ``--grpc-max-message-bytes``.
     http_limits: HttpLimits = field(default_factory=HttpLimits)
     tensor_limits: TensorLimits = field(default_factory=TensorLimits)
@@ -184,6 +188,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         releases,
     )
     register_backend_builders(control.loader, server, settings.backend_config)
+    if tracing.start(settings.tracing, os.environ):
+        log.info("tracing inference requests to OTLP/HTTP (%s)", settings.tracing.endpoint or "OTEL_*")
     codes = AnswerCodes()
     try:
         gateway = gateway_for(settings.gateway, server)
@@ -285,6 +291,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     for task in tasks:
         task.cancel()
     repository.close()
+    tracing.stop()  # the spans still buffered leave now
     log.info("stopped")
     if relay is not None and relay.lost.is_set():
         raise ServeError("the gRPC relay process exited; the server stopped")

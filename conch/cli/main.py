@@ -35,6 +35,7 @@ from conch.cli.serve_flags import (
     resilience_flags,
     setting,
 )
+from conch.cli.trace_flags import trace_flags, trace_settings
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     resilience_flags(serve)
     gateway_flags(serve)
     limit_flags(serve)
+    trace_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -268,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         backend_config=tuple(backend_setting(e) if isinstance(e, str) else e for e in args.backend_config),
         gateway=gateway,
         **limit_settings(args),
+        tracing=trace_settings(args),
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

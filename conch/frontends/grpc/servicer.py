@@ -26,10 +26,12 @@ from conch.frontends.grpc.grpc_options import (
     MODEL_INFER_METHOD,
     grpc_server_options,
 )
-from conch.frontends.grpc.status import abort
+from conch.frontends.grpc.status import abort, status_of
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.gateway import Gateway
+from conch.observability import tracing
+from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import CUDA_REFUSAL, registry_of
@@ -148,6 +150,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             # Reading a call's metadata costs a conversion from gRPC's core: only when a release splits.
             key = _route_key(context) if self.server.splits(request.model_name) else None
+            if tracing.tracer is not None:
+                return await tracing.grpc_request(
+                    _metadata(context),
+                    request.model_name,
+                    request.model_version,
+                    lambda exc: status_of(exc).value[0],
+                    lambda trace: self._infer(request, key, trace),
+                )
             return await self._infer(request, key)
         except ConchError as exc:
             await _abort(context, exc)
@@ -209,24 +219,36 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             yield pb.ModelStreamInferResponse(infer_response=last)
 
     async def _infer(
-        self, message: pb.ModelInferRequest, route_key: str | None = None
+        self, message: pb.ModelInferRequest, route_key: str | None = None, trace: RequestTrace | None = None
     ) -> pb.ModelInferResponse:
         leases = RegionLeases(self.regions)
         try:
+            if trace is not None:
+                trace.begin("decode")
             request = infer_codec.decode_request(message, leases)
+            if trace is not None:
+                trace.end_stage()
+                request.trace = trace
             response = await answer_request(self.server, request, leases, "ModelInfer RPC", route_key)
         finally:
             leases.release()
+        if trace is not None:
+            trace.begin("encode")
         return infer_codec.encode_response(response, request)
 
 
 def _route_key(context: Any) -> str | None:
     """The ``conch-route-key`` metadata of a call (release routing), or None."""
-    metadata = getattr(context, "invocation_metadata", None)
-    for key, value in (metadata() or ()) if metadata is not None else ():
+    for key, value in _metadata(context):
         if key == ROUTE_KEY_HEADER:
             return str(value)
     return None
+
+
+def _metadata(context: Any) -> Any:
+    """A call's metadata pairs (none for a call the ``--grpc-relay`` process forwarded)."""
+    metadata = getattr(context, "invocation_metadata", None)
+    return (metadata() or ()) if metadata is not None else ()
 
 
 def _parameters(parameters: Any) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
 from conch.lifecycle.deep_health import DeepHealth
+from conch.observability import tracing
+from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import registry_of
@@ -210,6 +212,10 @@ class HttpFrontend:
             return _json(200, await self.server.statistics(name, version))
         if action == "infer":
             _require(method, "POST")
+            if tracing.tracer is not None:
+                return await tracing.http_request(
+                    scope, name, version, lambda trace: self._infer(scope, receive, name, version, trace)
+                )
             return await self._infer(scope, receive, name, version)
         if action == "generate":
             _require(method, "POST")
@@ -320,17 +326,26 @@ class HttpFrontend:
         """A JSON object body, ``{}`` when there is none (the optional bodies of index, load, register)."""
         return infer_codec.load_json_object(body, self.json_depth) if body else {}
 
-    async def _infer(self, scope: Scope, receive: Receive, name: str, version: str) -> Reply:
+    async def _infer(
+        self, scope: Scope, receive: Receive, name: str, version: str, trace: RequestTrace | None = None
+    ) -> Reply:
         self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
         body = await read_body(scope, receive, self.max_body_bytes)
         header_length = _header_length(scope)
         leases = RegionLeases(self.regions)
         try:
+            if trace is not None:
+                trace.begin("decode")
             request = infer_codec.decode_request(body, header_length, name, version, leases, self.json_depth)
+            if trace is not None:
+                trace.end_stage()
+                request.trace = trace
             route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
             response = await answer_request(self.server, request, leases, "HTTP end point", route_key)
         finally:
             leases.release()
+        if trace is not None:
+            trace.begin("encode")
         payload, json_length = infer_codec.encode_response(response, request)
         if json_length is None:
             headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
