@@ -46,6 +46,7 @@ def _kubernetes(targets: Any) -> None:
 
     parser: argparse.ArgumentParser = targets.add_parser(
         "kubernetes",
+        allow_abbrev=False,  # --replica must not pass for --replicas
         help="Deployment, Service, HPA, PDB, ServiceMonitor, PrometheusRule",
         description="Check REPO (as conch validate does), then write the Kubernetes manifests that serve "
         "it. Settings come from flags, else from --config deploy.yaml (the flags' names as keys), else "
@@ -65,6 +66,7 @@ def _kubernetes(targets: Any) -> None:
 def _argocd(targets: Any) -> None:
     parser: argparse.ArgumentParser = targets.add_parser(
         "argocd",
+        allow_abbrev=False,  # --replica must not pass for --replicas
         help="an Argo CD Application syncing the manifests from Git",
         description="Write application.yaml: an Argo CD Application that syncs the manifests "
         "conch deploy kubernetes wrote (and release.yaml beside them) from --repo-url at --path.",
@@ -94,6 +96,7 @@ def _kserve(targets: Any) -> None:
     parse = {setting.flag: setting.parse for setting in KUBERNETES_SETTINGS}
     parser: argparse.ArgumentParser = targets.add_parser(
         "kserve",
+        allow_abbrev=False,  # --replica must not pass for --replicas
         help="a KServe ServingRuntime for conch and an example InferenceService",
         description="Write servingruntime.yaml (conch for model formats onnx and triton, protocols v2 and "
         "grpc-v2) and inferenceservice.yaml, whose storage URI KServe's storage initializer copies "

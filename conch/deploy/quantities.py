@@ -10,7 +10,7 @@ or an exponent ``e3``/``E3``.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -64,11 +64,9 @@ def cpu_quantity(text: str, what: str) -> str:
 
 def scaled_memory(text: str, factor: float) -> str:
     """``text`` times ``factor``, rounded up to a whole Mi, written as Mi (or Gi when whole)."""
-    mebibytes = -(-parse_quantity(text, "memory") * Decimal(str(factor)) // BINARY["Mi"])
-    whole = int(mebibytes)
+    whole = _ceiling_mi(parse_quantity(text, "memory") * Decimal(str(factor)))
     return f"{whole // 1024}Gi" if whole % 1024 == 0 else f"{whole}Mi"
 
 
-def mebibytes(text: str) -> int:
-    """``text`` in whole Mi, rounded up (a size read back, e.g. to compare /dev/shm with memory)."""
-    return int(-(-parse_quantity(text, "size") // BINARY["Mi"]))
+def _ceiling_mi(size: Decimal) -> int:
+    return int((size / BINARY["Mi"]).to_integral_value(rounding=ROUND_CEILING))
