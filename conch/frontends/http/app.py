@@ -373,13 +373,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 def _header_length(scope: Scope) -> int | None:
     for key, value in scope["headers"]:
         if key == b"inference-header-content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                raise InvalidArgumentError("Inference-Header-Content-Length must be an integer") from None
-            if length < 0:
-                raise InvalidArgumentError("Inference-Header-Content-Length must be >= 0")
-            return length
+            return infer_codec.header_length(value)
     return None
 
 

@@ -66,6 +66,23 @@ def decode_request(
     return request
 
 
+def header_length(value: bytes) -> int:
+    """``Inference-Header-Content-Length``: decimal digits, nothing else.
+
+    ``int()`` alone would also read `` +5`` and ``1_000`` (found by tests/unit/test_fuzz_http_decoders.py):
+    lengths no client writes, and other servers refuse.
+    """
+    text = bytes(value).strip()
+    if text.startswith(b"-") and text[1:].isdigit():
+        raise InvalidArgumentError("Inference-Header-Content-Length must be >= 0")
+    if not text.isdigit() or len(text) > 18:
+        raise InvalidArgumentError(
+            "Inference-Header-Content-Length must be an integer: the JSON header's length in bytes, in "
+            "decimal digits"
+        )
+    return int(text)
+
+
 def encode_response(response: InferenceResponse, request: InferenceRequest) -> tuple[bytes, int | None]:
     """The response body and, when any output is binary, the JSON header's length.
 
