@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures import python_models as models
-from tests.fixtures.onnx_models import add_sub_grpc_inputs, add_sub_model, write_repository
+from tests.fixtures.onnx_models import add_sub_grpc_inputs, add_sub_model, scale_model, write_repository
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.integration.server_process import ServerProcess
 
@@ -30,6 +31,13 @@ max_batch_size: 4
 dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }
 parameters { key: "adaptive_queue_delay" value: { string_value: "false" } }
 """
+#: Version 1 answers every request (weight 0) and each is copied to version 2 (shadow).
+DARK_LAUNCH = """
+candidate: 2
+baseline: 1
+steps:
+  - {weight: 0, duration: 1h, shadow: true}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {
             "add_sub": (add_sub_model(), "max_batch_size: 8\ndynamic_batching { }\n"),
             "add_sub_four": (add_sub_model(), BATCH_OF_FOUR),
+            "released": (scale_model(1.0), "max_batch_size: 8\n"),
         },
     )
+    (root / "released" / "2").mkdir()
+    (root / "released" / "2" / "model.onnx").write_bytes(scale_model(2.0).SerializeToString())
+    (root / "released" / "release.yaml").write_text(DARK_LAUNCH)
     models.write_python_model(root, "bls_sync", models.BLS_CONFIG.format(name="bls_sync"), models.BLS_SYNC)
     return root
 
@@ -204,6 +216,33 @@ def test_a_bls_call_is_in_the_callers_trace(server: ServerProcess, receiver: Otl
     assert bls.attributes["conch.protocol"] == "bls"
     under_bls = {s.name for s in trace if s.parent_id == bls.span_id}
     assert {"queue", "execute", "batch"} <= under_bls  # the callee's own stages, in the same trace
+
+
+def test_a_shadow_copy_is_a_span_of_the_request_it_copies(
+    server: ServerProcess, receiver: OtlpReceiver
+) -> None:
+    deadline = time.monotonic() + 30
+    while server.request("GET", "/v2/models/released/release").json()["state"] != "progressing":
+        assert time.monotonic() < deadline, "the release never started"
+        time.sleep(0.1)
+    trace_id, _, traceparent = _traceparent()
+    tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        result = client.infer("released", [tensor], headers={"traceparent": traceparent})
+    assert result.get_response()["model_version"] == "1"
+    spans = receiver.wait_for(
+        lambda got: sum(s.trace_id == trace_id and s.name == "execute" for s in got) == 2
+    )
+    trace = [s for s in spans if s.trace_id == trace_id]
+    root = _one(trace, "POST /v2/models/{model_name}/infer")
+    shadow = _one(trace, "shadow")
+    assert shadow.parent_id == root.span_id
+    assert (shadow.attributes["conch.model.name"], shadow.attributes["conch.model.version"]) == (
+        "released",
+        "2",
+    )
+    assert {"queue", "execute", "batch"} <= {s.name for s in trace if s.parent_id == shadow.span_id}
 
 
 def test_a_refused_request_records_its_status(server: ServerProcess, receiver: OtlpReceiver) -> None:
