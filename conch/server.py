@@ -292,6 +292,8 @@ class InferenceServer:
                 for n in scheduled.output_names
             ],
             parameters=route.parameters,
+            queue_ns=scheduled.queue_ns,
+            compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
         )
 
     def _scheduled(
@@ -361,6 +363,8 @@ class InferenceServer:
                     outputs=[
                         Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in names
                     ],
+                    queue_ns=scheduled.queue_ns,
+                    compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
                 )
         except ConchError as exc:
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))

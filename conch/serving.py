@@ -41,11 +41,13 @@ from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.observability import tracing
+from conch.observability.access_log import enable_access_log
 from conch.observability.circuit_metrics import CircuitBreakerCollector
 from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollector, RequestCodesCollector
+from conch.observability.inference_log import RequestLogSettings, open_inference_log
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
@@ -100,6 +102,8 @@ class ServeSettings:
     http_limits: HttpLimits = field(default_factory=HttpLimits)
     tensor_limits: TensorLimits = field(default_factory=TensorLimits)
     grpc_max_message_bytes: int = MAX_MESSAGE_BYTES
+    #: A record per inference, the audit sample and the access log (off by default).
+    request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -193,6 +197,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     codes = AnswerCodes()
     try:
         gateway = gateway_for(settings.gateway, server)
+        journal = open_inference_log(settings.request_log)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     grpc_address = f"{settings.host}:{settings.grpc_port}"
@@ -210,6 +215,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 codes=codes.grpc,
                 gateway=gateway,
                 max_message_bytes=settings.grpc_max_message_bytes,
+                inference_log=journal,
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
@@ -231,7 +237,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     deep_health = DeepHealth(server, settings.deep_health)
     servers = [
         uvicorn_server(
-            HttpFrontend(server, settings.http_limits, deep_health, codes=codes.http, gateway=gateway),
+            HttpFrontend(
+                server, settings.http_limits, deep_health, codes.http, gateway, inference_log=journal
+            ),
             settings.http_limits,
         )
     ]
@@ -250,6 +258,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             "would hold its own regions; serve with --workers 1 to use shared memory"
         )
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
+    if settings.request_log.access_log:  # after every uvicorn config, each of which turns it off
+        enable_access_log()
     if grpc_server is not None:
         await grpc_server.start()
     if relay is not None:

@@ -28,6 +28,7 @@ from conch.cli.arguments import (
 )
 from conch.cli.gateway_flags import gateway_flags, gateway_settings
 from conch.cli.limit_flags import limit_flags, limit_settings
+from conch.cli.log_flags import request_log_flags, request_log_settings
 from conch.cli.serve_flags import (
     backend_flags,
     breaker_defaults,
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_flags(serve)
     limit_flags(serve)
     trace_flags(serve)
+    request_log_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         defaults = breaker_defaults(args)
         gateway = gateway_settings(args)
+        request_log = request_log_settings(args)
     except ValueError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 2
@@ -271,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway=gateway,
         **limit_settings(args),
         tracing=trace_settings(args),
+        request_log=request_log,
     )
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)

@@ -84,6 +84,10 @@ class InferenceResponse:
     id: str = ""
     outputs: list[Tensor] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: Nanoseconds the request waited in its model's queue, then spent from there to its outputs
+    #: (the execution of its batch, inputs and outputs moved included): the log record's figures.
+    queue_ns: int = 0
+    compute_ns: int = 0
 
 
 @dataclass(slots=True)

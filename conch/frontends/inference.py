@@ -10,6 +10,7 @@ from __future__ import annotations
 from conch.core.tensor_limits import check_element_counts
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.classified_outputs import classify_outputs
+from conch.observability.inference_log import note_request, note_response
 from conch.router.release_split import ROUTE_KEY_PARAMETER
 from conch.server import InferenceServer
 from conch.shared_memory.tensors import RegionLeases
@@ -27,10 +28,12 @@ async def answer(
     A client's request is held to the element caps here; a model's own calls (BLS, ensemble steps)
     go to the server directly and are not.
     """
+    note_request(request)
     check_element_counts(request, server.options.tensor_limits)
     if route_key is not None:
         request.parameters.setdefault(ROUTE_KEY_PARAMETER, route_key)
     response = await server.infer(request, endpoint=endpoint)
     classify_outputs(server.repository, request, response)
     leases.write_outputs(request, response)
+    note_response(response)
     return response

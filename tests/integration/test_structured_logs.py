@@ -42,6 +42,7 @@ class LoggedServer:
     stderr_path: Path
     http_port: int
     metrics_port: int
+    grpc_port: int = 0
 
     def log_lines(self) -> list[str]:
         return self.stderr_path.read_text(encoding="utf-8").splitlines()
@@ -67,7 +68,7 @@ def start_logged_server(
     with stderr_path.open("wb") as stderr, (log_dir / f"conch-{http_port}.stdout").open("wb") as stdout:
         environment = {**_environment(), **(env or {})}
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment)
-    server = LoggedServer(process, stderr_path, http_port, metrics_port)
+    server = LoggedServer(process, stderr_path, http_port, metrics_port, grpc_port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:

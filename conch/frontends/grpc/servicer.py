@@ -26,11 +26,13 @@ from conch.frontends.grpc.grpc_options import (
     MODEL_INFER_METHOD,
     grpc_server_options,
 )
+from conch.frontends.grpc.request_log import logged_stream, logged_unary
 from conch.frontends.grpc.status import abort, status_of
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.gateway import Gateway
 from conch.observability import tracing
+from conch.observability.inference_log import InferenceLog, note_error, note_request, note_response
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
@@ -53,6 +55,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.stream_gate = stream_gate
         #: The system shared-memory regions, shared with the HTTP frontend of the same server.
         self.regions = registry_of(server)
+        #: ``--log-inferences`` and the audit sample; None when both are off.
+        self.inference_log: InferenceLog | None = None
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.server.live())
@@ -183,12 +187,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 else:
                     yield pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
+                note_error(exc)
                 yield infer_codec.stream_error(message.id, exc.message)
-            except Exception:
+            except Exception as exc:
                 log.exception("stream inference failed")
+                note_error(exc)
                 yield infer_codec.stream_error(message.id, "internal server error")
 
-        async for reply in answer_concurrently(request_iterator, answer):
+        journal = self.inference_log
+        logged = answer if journal is None else logged_stream(journal, context, answer)
+        async for reply in answer_concurrently(request_iterator, logged):
             yield reply
 
     async def _infer_decoupled(
@@ -200,8 +208,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         leases = RegionLeases(self.regions)
         try:
             request = infer_codec.decode_request(message, leases)
+            note_request(request)
             flag_final = bool(request.parameters.get("triton_enable_empty_final_response"))
             async for response in self.server.infer_stream(request):
+                note_response(response)
                 if isinstance(response, ConchError):
                     yield infer_codec.stream_error(message.id, response.message)
                     continue
@@ -303,12 +313,15 @@ def create_grpc_server(
     codes: Counter[str] | None = None,
     gateway: Gateway | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    inference_log: InferenceLog | None = None,
 ) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
     :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
-    at once, counting each call's final code in ``codes`` and admitting calls through ``gateway``."""
+    at once, counting each call's final code in ``codes``, admitting calls through ``gateway`` and
+    recording inferences in ``inference_log``."""
     grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port, max_message_bytes))
     servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
+    servicer.inference_log = inference_log
     model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)
     grpc_server.add_insecure_port(address)
     return GrpcFrontend(grpc_server, model_infer)
@@ -325,6 +338,10 @@ def register_servicer(
     builds), and ``acceptors`` tasks that accept ModelInfer calls (start them once the server has
     started); each method wrapped by :func:`~conch.frontends.grpc.call_gate.wrapped_methods`."""
     methods = wrapped_methods(_register(servicer).methods, Counter() if codes is None else codes, gateway)
+    journal = getattr(servicer, "inference_log", None)
+    if journal is not None:  # outermost, so that a call the gateway refuses is recorded too
+        infer = methods["ModelInfer"]
+        methods["ModelInfer"] = infer._replace(unary_unary=logged_unary(infer.unary_unary, journal))
     grpc_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     return CallAcceptors(grpc_server, MODEL_INFER_METHOD, methods["ModelInfer"], acceptors)
 

@@ -18,12 +18,14 @@ from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.request_log import InferenceExchange, is_inference
 from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
 from conch.lifecycle.deep_health import DeepHealth
 from conch.observability import tracing
+from conch.observability.inference_log import InferenceLog, note_request, note_response
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
@@ -54,8 +56,11 @@ class HttpFrontend:
         deep_health: DeepHealth | None = None,
         codes: Counter[int] | None = None,
         gateway: Gateway | None = None,
+        inference_log: InferenceLog | None = None,
     ) -> None:
         self.server = server
+        #: ``--log-inferences`` and the audit sample; None when both are off.
+        self.inference_log = inference_log
         #: Answers by HTTP status (``conch_requests_total{protocol="http"}``).
         self.codes: Counter[int] = Counter() if codes is None else codes
         #: Auth, restricted APIs, rate limits and the in-flight cap; None when all are off.
@@ -76,6 +81,8 @@ class HttpFrontend:
             return
         if scope["type"] != "http":
             return
+        if is_inference(scope["path"]):  # the x-request-id echo and the inference's log record
+            send = InferenceExchange(self.inference_log, scope, send).send
         admitted: list[tuple[bytes, bytes]] = []
         receive = tracked = TrackedReceive(receive)
         if self.gateway is not None:
@@ -242,7 +249,9 @@ class HttpFrontend:
         served = self.server.model_version(name, version)
         body = await read_body(scope, receive, self.max_body_bytes)
         request = generate.decode_generate(body, name, version, served)
+        note_request(request)
         async for response in self.server.infer_stream(request):
+            note_response(response)
             yield response
 
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send) -> None:
