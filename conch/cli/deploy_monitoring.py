@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from conch.deploy.monitoring.alerts import DEFAULT_JOB, DEFAULT_RUNBOOK_BASE
+from conch.deploy.monitoring.alerts import DEFAULT_RUNBOOK_BASE, DEFAULT_SELECTOR
 from conch.deploy.monitoring.thresholds import THRESHOLD_FLAGS, AlertThresholds
 
 
@@ -34,7 +34,12 @@ def add_monitoring_target(targets: Any) -> None:
         default=DEFAULT_RUNBOOK_BASE,
         help=f"where your team reads runbooks.md, for the alerts' links (default {DEFAULT_RUNBOOK_BASE})",
     )
-    parser.add_argument("--job", default=DEFAULT_JOB, help=f"conch's scrape job (default {DEFAULT_JOB})")
+    parser.add_argument(
+        "--selector",
+        default=DEFAULT_SELECTOR,
+        help=f'label matchers of conch\'s series in every alert, e.g. \'job="conch", namespace="ml"\' '
+        f"(default {DEFAULT_SELECTOR})",
+    )
     parser.add_argument("--name", default="conch", help="the PrometheusRule's name (default conch)")
     parser.add_argument("--namespace", default=None, help="the PrometheusRule's namespace (default none)")
     parser.add_argument(
@@ -56,6 +61,7 @@ def _run_monitoring(args: argparse.Namespace) -> int:
     from conch.cli.progress import print_table
     from conch.core.errors import InvalidArgumentError
     from conch.deploy.monitoring import thresholds_from
+    from conch.deploy.monitoring.alerts import check_selector
     from conch.deploy.monitoring.files import write_monitoring
 
     labels = {}
@@ -70,6 +76,7 @@ def _run_monitoring(args: argparse.Namespace) -> int:
         labels[key] = value
     try:
         thresholds = thresholds_from({flag.field: getattr(args, flag.field) for flag in THRESHOLD_FLAGS})
+        check_selector(args.selector)
     except InvalidArgumentError as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2
@@ -81,7 +88,7 @@ def _run_monitoring(args: argparse.Namespace) -> int:
         args.output,
         thresholds,
         runbook_base=args.runbook_base_url,
-        job=args.job,
+        selector=args.selector,
         name=args.name,
         namespace=args.namespace,
         labels=labels,

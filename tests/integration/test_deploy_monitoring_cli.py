@@ -32,6 +32,7 @@ def test_the_files_carry_the_flags_thresholds_labels_and_runbook_links(tmp_path:
     result = deploy_monitoring(
         "-o", out, "--p99-ms", "350", "--traffic-drop-ratio", "0.5", "--namespace", "ml",
         "--rule-label", "release=kube-prometheus-stack", "--runbook-base-url", "https://wiki.example/rb.md",
+        "--selector", 'job="scoring"',
     )  # fmt: skip
 
     assert result.returncode == 0, result.stderr
@@ -43,6 +44,7 @@ def test_the_files_carry_the_flags_thresholds_labels_and_runbook_links(tmp_path:
     by_name = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
     assert by_name["ConchLatencyP99High"]["expr"].endswith("> 0.35")
     assert by_name["ConchTrafficDropped"]["expr"].endswith("< 0.5")
+    assert by_name["ConchModelNotReady"]["expr"] == 'conch_model_ready{job="scoring"} == 0'
     assert (
         by_name["ConchCircuitOpen"]["annotations"]["runbook_url"]
         == "https://wiki.example/rb.md#conchcircuitopen"
@@ -60,6 +62,7 @@ def test_the_files_carry_the_flags_thresholds_labels_and_runbook_links(tmp_path:
         (("--failure-ratio", "5"), "--failure-ratio 5 must be between 0 and 1"),
         (("--queue-for", "ten minutes"), "--queue-for 'ten minutes' is not a Prometheus duration"),
         (("--rule-label", "release"), "--rule-label 'release' is not KEY=VALUE"),
+        (("--selector", "job=conch"), "--selector 'job=conch' is not PromQL label matchers"),
         (("--p95-ms", "fast"), "argument --p95-ms: invalid float value: 'fast'"),
     ],
 )

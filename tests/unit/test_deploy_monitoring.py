@@ -19,7 +19,12 @@ from conch.core.errors import InvalidArgumentError
 from conch.deploy import manifests
 from conch.deploy.monitoring import AlertThresholds, alerts, prometheus_rule, rule_groups, thresholds_from
 from conch.deploy.monitoring.dashboard import dashboard
-from tests.fixtures.monitoring_queries import metric_names, panel_queries, variable_selectors
+from tests.fixtures.monitoring_queries import (
+    metric_names,
+    panel_queries,
+    selector_matchers,
+    variable_selectors,
+)
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
 PANELS = {
@@ -82,9 +87,31 @@ def test_the_prometheus_rule_holds_the_rules_file_as_its_spec() -> None:
     assert rule["spec"] == rule_groups()
 
 
-def test_conch_deploy_kubernetes_writes_this_rule_as_its_prometheusrule() -> None:
+def test_every_selector_of_every_alert_carries_the_rules_label_matchers() -> None:
+    """Scoped to conch's job, so another server's Triton counters raise no conch alert."""
+    for selector, expected in (
+        ('job="conch"', {("job", "conch")}),
+        ('job="scoring", namespace="ml"', {("job", "scoring"), ("namespace", "ml")}),
+    ):
+        for alert in alerts(selector=selector):
+            matchers = selector_matchers(alert.expr)
+            assert matchers and all(expected <= each for each in matchers), (alert.name, alert.expr)
+
+
+def test_a_selector_that_is_not_label_matchers_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"--selector 'job=conch' is not PromQL label matchers"):
+        alerts(selector="job=conch")
+
+
+def test_conch_deploy_kubernetes_writes_this_rule_scoped_to_its_service_and_namespace(tmp_path: Path) -> None:
+    from conch.deploy.settings import resolve
+
     registered = {file.filename: file for file in manifests.manifest_files()}
-    assert registered[manifests.PROMETHEUS_RULE_FILE].build.__module__ == "conch.deploy.monitoring.rule"
+    settings = resolve(tmp_path, {"name": "scoring", "namespace": "ml"}, {}, "1Gi")
+    rule = registered[manifests.PROMETHEUS_RULE_FILE].build(settings)
+
+    assert rule is not None and rule["metadata"]["namespace"] == "ml"
+    assert rule["spec"] == rule_groups(selector='job="scoring", namespace="ml"')
 
 
 def test_every_query_is_promql_and_every_per_model_panel_filters_on_the_template_variables() -> None:

@@ -63,7 +63,7 @@ def test_a_threshold_flag_moves_where_the_alert_fires(tmp_path: Path) -> None:
                 "input_series": [
                     {
                         "series": "conch_inference_request_duration_seconds_bucket"
-                        f'{{model="slow", version="1", le="{le}"}}',
+                        f'{{job="conch", model="slow", version="1", le="{le}"}}',
                         "values": values,
                     }
                     for le, values in series

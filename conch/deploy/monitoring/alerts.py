@@ -15,9 +15,11 @@ because a release moves traffic between versions from one day to the next.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from conch.core.errors import InvalidArgumentError
 from conch.deploy.monitoring.thresholds import AlertThresholds
 
 #: Where ``docs/runbooks.md`` is read; an alert's ``runbook_url`` is this plus ``#`` and its anchor.
@@ -51,44 +53,68 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-def _latency(quantile: float) -> str:
-    return (
-        f"histogram_quantile({quantile}, sum by (model, version, le) "
-        "(rate(conch_inference_request_duration_seconds_bucket[5m])))"
-    )
-
-
-def _requests(shift: str = "") -> str:
-    """Requests per second by model over the last hour, ``shift`` earlier: answered or failed."""
-    return (
-        f"(sum by (model) (rate(nv_inference_request_success[1h]{shift}))"
-        f" + sum by (model) (rate(nv_inference_request_failure[1h]{shift})))"
-    )
-
-
-def _mean_queue_seconds(window: str) -> str:
-    return (
-        f"(sum by (model, version) (rate(conch_inference_queue_duration_seconds_sum[{window}]))"
-        f" / sum by (model, version) (rate(conch_inference_queue_duration_seconds_count[{window}])))"
-    )
-
-
 DEFAULT_THRESHOLDS = AlertThresholds()
-#: The scrape job of conch's targets in the plain rules file (a ServiceMonitor's job is its Service).
-DEFAULT_JOB = "conch"
+#: The label matchers every selector carries: conch's scrape job in the plain rules file (a
+#: ServiceMonitor's job is its Service's name), so no other server's ``nv_*`` series (Triton's) alert.
+DEFAULT_SELECTOR = 'job="conch"'
+_MATCHER = r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"'
+_MATCHERS = re.compile(rf"\s*{_MATCHER}(\s*,\s*{_MATCHER})*\s*")
 
 
-def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> list[Alert]:
-    """Every alert, with ``t``'s thresholds; ``job`` names conch's scrape targets for the one alert
-    that has no conch metric to read (a target that does not answer)."""
-    failures = "sum by (model, version) (rate(nv_inference_request_failure[5m]))"
-    successes = "sum by (model, version) (rate(nv_inference_request_success[5m]))"
-    queue_now, queue_hour = _mean_queue_seconds("5m"), _mean_queue_seconds("1h")
+def check_selector(selector: str) -> str:
+    """``selector`` if it is PromQL label matchers (``job="conch", namespace="ml"``), else an error."""
+    if not _MATCHERS.fullmatch(selector):
+        raise InvalidArgumentError(
+            f"--selector {selector!r} is not PromQL label matchers: write them as in a selector's braces, "
+            'e.g. job="conch", namespace="ml"'
+        )
+    return selector
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """Writes each metric's selector with the rules' label matchers."""
+
+    selector: str
+
+    def __call__(self, name: str) -> str:
+        return f"{name}{{{self.selector}}}"
+
+    def latency(self, quantile: float) -> str:
+        return (
+            f"histogram_quantile({quantile}, sum by (model, version, le) "
+            f"(rate({self('conch_inference_request_duration_seconds_bucket')}[5m])))"
+        )
+
+    def requests(self, shift: str = "") -> str:
+        """Requests per second by model over the last hour, ``shift`` earlier: answered or failed."""
+        return (
+            f"(sum by (model) (rate({self('nv_inference_request_success')}[1h]{shift}))"
+            f" + sum by (model) (rate({self('nv_inference_request_failure')}[1h]{shift})))"
+        )
+
+    def mean_queue_seconds(self, window: str) -> str:
+        total, count = (
+            self("conch_inference_queue_duration_seconds_sum"),
+            self("conch_inference_queue_duration_seconds_count"),
+        )
+        return (
+            f"(sum by (model, version) (rate({total}[{window}]))"
+            f" / sum by (model, version) (rate({count}[{window}])))"
+        )
+
+
+def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELECTOR) -> list[Alert]:
+    """Every alert, with ``t``'s thresholds, each metric selected with ``selector``'s label matchers."""
+    m = _Metrics(check_selector(selector))
+    failures = f"sum by (model, version) (rate({m('nv_inference_request_failure')}[5m]))"
+    successes = f"sum by (model, version) (rate({m('nv_inference_request_success')}[5m]))"
+    queue_now, queue_hour = m.mean_queue_seconds("5m"), m.mean_queue_seconds("1h")
     version = "{{ $labels.model }} version {{ $labels.version }}"
     return [
         Alert(
             "ConchTargetDown",
-            f'up{{job="{job}"}}',
+            m("up"),
             "== 0",
             "5m",
             "critical",
@@ -98,7 +124,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchLatencyP95High",
-            _latency(0.95),
+            m.latency(0.95),
             f"> {_number(t.p95_ms / 1000)}",
             t.latency_for,
             "warning",
@@ -108,7 +134,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchLatencyP99High",
-            _latency(0.99),
+            m.latency(0.99),
             f"> {_number(t.p99_ms / 1000)}",
             t.latency_for,
             "warning",
@@ -128,7 +154,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchTrafficDropped",
-            f"{_requests()} / {_requests(' offset 1d')}",
+            f"{m.requests()} / {m.requests(' offset 1d')}",
             f"< {_number(1 - t.traffic_drop_ratio)}",
             t.traffic_for,
             "warning",
@@ -139,7 +165,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchModelNotReady",
-            "conch_model_ready",
+            m("conch_model_ready"),
             "== 0",
             t.not_ready_for,
             "critical",
@@ -149,7 +175,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchFallbackActive",
-            "sum by (model, version, level, reason) (rate(conch_fallback_total[5m]))",
+            f"sum by (model, version, level, reason) (rate({m('conch_fallback_total')}[5m]))",
             "> 0",
             t.fallback_for,
             "warning",
@@ -160,7 +186,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchCircuitOpen",
-            "conch_circuit_state",
+            m("conch_circuit_state"),
             "> 0",
             t.circuit_open_for,
             "critical",
@@ -170,7 +196,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchReleaseRolledBack",
-            f"sum by (model) (increase(conch_release_rollbacks_total[{t.rollback_window}]))",
+            f"sum by (model) (increase({m('conch_release_rollbacks_total')}[{t.rollback_window}]))",
             "> 0",
             None,
             "warning",
@@ -191,7 +217,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchGpuMemoryHigh",
-            "nv_gpu_memory_used_bytes / nv_gpu_memory_total_bytes",
+            f"{m('nv_gpu_memory_used_bytes')} / {m('nv_gpu_memory_total_bytes')}",
             f"> {_number(t.gpu_memory_ratio)}",
             t.gpu_memory_for,
             "warning",
@@ -201,9 +227,9 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, job: str = DEFAULT_JOB) -> l
         ),
         Alert(
             "ConchGpuFragmentation",
-            "conch_gpu_memory_fragmentation_ratio",
-            f"> {_number(t.gpu_fragmentation_ratio)} and on (gpu) "
-            f"increase(conch_gpu_allocation_retries_total[{t.gpu_fragmentation_for}]) > 0",
+            m("conch_gpu_memory_fragmentation_ratio"),
+            f"> {_number(t.gpu_fragmentation_ratio)} and on (instance, gpu) "
+            f"increase({m('conch_gpu_allocation_retries_total')}[{t.gpu_fragmentation_for}]) > 0",
             t.gpu_fragmentation_for,
             "warning",
             "The PyTorch allocator on GPU {{ $labels.gpu }} is fragmented",
@@ -231,12 +257,15 @@ def rule(alert: Alert, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> dict[str, An
 def rule_groups(
     thresholds: AlertThresholds = DEFAULT_THRESHOLDS,
     runbook_base: str = DEFAULT_RUNBOOK_BASE,
-    job: str = DEFAULT_JOB,
+    selector: str = DEFAULT_SELECTOR,
 ) -> dict[str, Any]:
     """``{"groups": [...]}``: a Prometheus rules file (``promtool check rules``) and, as it is, the
     ``spec`` of a PrometheusRule."""
     return {
         "groups": [
-            {"name": GROUP_NAME, "rules": [rule(alert, runbook_base) for alert in alerts(thresholds, job)]}
+            {
+                "name": GROUP_NAME,
+                "rules": [rule(alert, runbook_base) for alert in alerts(thresholds, selector)],
+            }
         ]
     }

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from conch import __version__
-from conch.deploy.monitoring.alerts import DEFAULT_JOB, DEFAULT_RUNBOOK_BASE, rule_groups
+from conch.deploy.monitoring.alerts import DEFAULT_RUNBOOK_BASE, DEFAULT_SELECTOR, rule_groups
 from conch.deploy.monitoring.rule import prometheus_rule
 from conch.deploy.monitoring.thresholds import AlertThresholds
 
@@ -41,7 +41,7 @@ def write_monitoring(
     thresholds: AlertThresholds,
     *,
     runbook_base: str = DEFAULT_RUNBOOK_BASE,
-    job: str = DEFAULT_JOB,
+    selector: str = DEFAULT_SELECTOR,
     name: str = "conch",
     namespace: str | None = None,
     labels: Mapping[str, str] | None = None,
@@ -51,11 +51,16 @@ def write_monitoring(
 
     folder.mkdir(parents=True, exist_ok=True)
     rule = prometheus_rule(
-        thresholds, name=name, namespace=namespace, labels=labels, runbook_base=runbook_base, job=job
+        thresholds,
+        name=name,
+        namespace=namespace,
+        labels=labels,
+        runbook_base=runbook_base,
+        selector=selector,
     )
     written = [
         (PROMETHEUS_RULE_FILE, _yaml(rule), "PrometheusRule (monitoring.coreos.com/v1)"),
-        (RULES_FILE, _yaml(rule_groups(thresholds, runbook_base, job)), "Prometheus rules file"),
+        (RULES_FILE, _yaml(rule_groups(thresholds, runbook_base, selector)), "Prometheus rules file"),
         (DASHBOARD_FILE, json.dumps(dashboard(), indent=2, sort_keys=True) + "\n", "Grafana dashboard"),
     ]
     files = []

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from conch.deploy.monitoring.alerts import (
-    DEFAULT_JOB,
     DEFAULT_RUNBOOK_BASE,
+    DEFAULT_SELECTOR,
     DEFAULT_THRESHOLDS,
     rule_groups,
 )
@@ -29,14 +29,14 @@ def prometheus_rule(
     namespace: str | None = None,
     labels: Mapping[str, str] | None = None,
     runbook_base: str = DEFAULT_RUNBOOK_BASE,
-    job: str = DEFAULT_JOB,
+    selector: str = DEFAULT_SELECTOR,
 ) -> dict[str, Any]:
     """The golden-signal alerts as one PrometheusRule object (a plain dict, ready for YAML).
 
     ``conch deploy kubernetes`` includes this same object (:func:`kubernetes_prometheus_rule`);
     ``conch deploy monitoring`` writes it with the thresholds of its flags. ``labels`` go on the
     object's metadata: Prometheus Operator loads only the rules its ``ruleSelector`` matches (often
-    ``release: <the Helm release>``). ``job`` is the scrape job of conch's targets.
+    ``release: <the Helm release>``). ``selector`` holds the label matchers of conch's series.
     """
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
@@ -46,13 +46,15 @@ def prometheus_rule(
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": metadata,
-        "spec": rule_groups(thresholds, runbook_base, job),
+        "spec": rule_groups(thresholds, runbook_base, selector),
     }
 
 
 def kubernetes_prometheus_rule(settings: DeploySettings) -> dict[str, Any]:
     """``prometheusrule.yaml`` of ``conch deploy kubernetes``: default thresholds, the deployment's
-    name, namespace and labels; its ServiceMonitor's targets have the Service's name as their job."""
+    name, namespace and labels; its ServiceMonitor's targets have the Service's name as their job and
+    the deployment's namespace."""
+    selector = f'job="{settings.name}", namespace="{settings.namespace}"'
     return prometheus_rule(
-        name=settings.name, namespace=settings.namespace, labels=settings.labels, job=settings.name
+        name=settings.name, namespace=settings.namespace, labels=settings.labels, selector=selector
     )
