@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conch.cli.arguments import at_least
+
+if TYPE_CHECKING:
+    from conch.cli.progress import Steps
 
 ONNX_SUFFIXES = (".onnx",)
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth")
@@ -69,10 +71,26 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from conch.cli.progress import Steps
+
+    with Steps(prefix="conch export: ") as steps:
+        code, version_dir = _export(args, steps)
+    if version_dir is not None:
+        _print_written(version_dir)
+    return code
+
+
+def _export(args: argparse.Namespace, steps: Steps) -> tuple[int, Path | None]:
+    """Export with each step shown by ``steps`` (the library logs its steps; they become steps here)."""
+    from conch.cli.progress import StepsFromLog
     from conch.exporting import ExportError, export
 
-    handler = _show_progress()
+    handler = StepsFromLog(steps)
+    logger = logging.getLogger("conch.exporting")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     try:
+        steps.step(f"loading {args.file}")
         model = _load_model(args.file, args.trust_pickle)
         sample = _load_sample(args.sample)
         options = {} if args.max_batch_size is None else {"max_batch_size": args.max_batch_size}
@@ -85,29 +103,19 @@ def run(args: argparse.Namespace) -> int:
                 )
             finally:
                 for message in dict.fromkeys(str(w.message) for w in caught):
-                    print(f"conch export: warning: {message}", file=sys.stderr)
+                    steps.note(f"conch export: warning: {message}")
     except CommandError as exc:
-        print(f"conch export: {exc}", file=sys.stderr)
-        return exc.exit_code
+        steps.note(f"conch export: {exc}")
+        return exc.exit_code, None
     except ExportError as exc:
-        print(f"conch export: {exc}", file=sys.stderr)
-        return 1
+        steps.note(f"conch export: {exc}")
+        return 1, None
     except OSError as exc:
-        print(f"conch export: cannot write to '{args.repository}': {exc}", file=sys.stderr)
-        return 1
+        steps.note(f"conch export: cannot write to '{args.repository}': {exc}")
+        return 1, None
     finally:
-        logging.getLogger("conch.exporting").removeHandler(handler)
-    _print_written(version_dir)
-    return 0
-
-
-def _show_progress() -> logging.Handler:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("conch export: %(message)s"))
-    logger = logging.getLogger("conch.exporting")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    return handler
+        logger.removeHandler(handler)
+    return 0, version_dir
 
 
 def _load_model(path: Path, trust_pickle: bool) -> Any:
@@ -170,12 +178,17 @@ def _load_sample(path: Path) -> Any:
 
 
 def _print_written(version_dir: Path) -> None:
+    from conch.cli.progress import print_summary
     from conch.packaging.metadata import METADATA_FILENAME, read_metadata
 
     metadata = read_metadata(version_dir)
     model_dir = version_dir.parent
-    print(f"exported '{metadata.name}' version {metadata.version} to {version_dir}")
-    for name in sorted([*metadata.files, METADATA_FILENAME]):
-        print(f"  {version_dir / name}")
-    for name in sorted(metadata.model_files):
-        print(f"  {model_dir / name}")
+    written = [version_dir / name for name in sorted([*metadata.files, METADATA_FILENAME])]
+    written += [model_dir / name for name in sorted(metadata.model_files)]
+    title = f"exported '{metadata.name}' version {metadata.version} to {version_dir}"
+    print_summary(
+        [title, *(f"  {path}" for path in written)],
+        ["file", "bytes"],
+        [(path, f"{path.stat().st_size:,}") for path in written],
+        title=title,
+    )

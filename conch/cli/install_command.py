@@ -82,19 +82,31 @@ def run(args: argparse.Namespace) -> int:
     # tritonclient) whenever any conch command's flags are parsed.
     chosen = {"max_unpacked_bytes": args.max_unpacked_bytes, "max_members": args.max_members}
     limits = UnpackLimits(**{name: value for name, value in chosen.items() if value is not None})
+    from conch.cli.progress import Steps, print_summary
+
     try:
-        installed = install_package(args.package, args.repository, args.version, limits, key)
+        with Steps(prefix="conch install: ", label=f"conch install {args.package}") as steps:
+            installed = install_package(args.package, args.repository, args.version, limits, key, steps.step)
     except PackageError as exc:
         print(f"conch install: refused {args.package}: {exc}", file=sys.stderr)
         return 1
-    print(
+    lines = [
         f"installed {installed.name} {installed.package_version} as version {installed.version} "
         f"in {installed.version_dir}"
-    )
+    ]
+    rows = [
+        ("model", installed.name),
+        ("package version", installed.package_version),
+        ("installed as version", str(installed.version)),
+        ("folder", str(installed.version_dir)),
+    ]
     if installed.verified_by is not None:
-        print(f"signature verified: signed by key {installed.verified_by}")
+        lines.append(f"signature verified: signed by key {installed.verified_by}")
+        rows.append(("signed by key", installed.verified_by))
     if installed.model_files_replaced:
-        print(f"config.pbtxt and warm-up files of '{installed.name}' now come from the package")
+        lines.append(f"config.pbtxt and warm-up files of '{installed.name}' now come from the package")
+        rows.append(("config.pbtxt and warm-up", "from the package"))
+    print_summary(lines, ["installed", ""], rows)
     return 0
 
 

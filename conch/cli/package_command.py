@@ -62,15 +62,25 @@ def run(args: argparse.Namespace) -> int:
     if args.sign is not None and not args.sign.is_file():
         print(f"conch package: signing key '{args.sign}' is not a file", file=sys.stderr)
         return 2
+    from conch.cli.progress import Steps, print_summary
+
     try:
         key = load_signing_key(args.sign) if args.sign is not None else None
-        written = package_model(args.model_dir, args.version, args.output, args.model_version, key)
+        with Steps(prefix="conch package: ", label=f"conch package {args.model_dir}") as steps:
+            written = package_model(
+                args.model_dir, args.version, args.output, args.model_version, key, steps.step
+            )
     except PackageError as exc:
         print(f"conch package: {exc}", file=sys.stderr)
         return 1
-    print(f"packaged {args.model_dir.resolve().name} {args.version} as {written}")
+    name = args.model_dir.resolve().name
+    lines = [f"packaged {name} {args.version} as {written}"]
+    rows = [("model", name), ("version", str(args.version)), ("file", str(written))]
+    rows.append(("bytes", f"{written.stat().st_size:,}"))
     if key is not None:
         from conch.packaging.signing import key_id
 
-        print(f"signed with key {key_id(key.public_key())}")
+        lines.append(f"signed with key {key_id(key.public_key())}")
+        rows.append(("signed with key", key_id(key.public_key())))
+    print_summary(lines, ["package", ""], rows)
     return 0

@@ -51,10 +51,13 @@ class Steps:
         *,
         prefix: str = "",
         suffix: str = "",
+        label: str | None = None,
         console: Console | None = None,
     ) -> None:
         self.console = console if console is not None else stderr_console()
         self.total = total
+        #: What the bar says before the first step and once the work is done ("conch validate").
+        self.label = label if label is not None else prefix.rstrip(": ")
         self.prefix = prefix
         self.suffix = suffix
         self.completed = 0
@@ -76,7 +79,7 @@ class Steps:
                 columns.append(rich_progress.MofNCompleteColumn())
             columns.append(rich_progress.TimeElapsedColumn())
             self._bar = rich_progress.Progress(*columns, console=self.console)
-            self._task = self._bar.add_task(escape(self.prefix.rstrip(": ")), total=self.total)
+            self._task = self._bar.add_task(escape(self.label), total=self.total)
             self._bar.start()
         return self
 
@@ -91,7 +94,7 @@ class Steps:
         if kind is None:
             # The work ended well: the bar shows it whole, whatever the estimate of units was.
             done = self.total if self.total is not None else max(self.completed, 1)
-            label = escape(self.prefix.rstrip(": ")) or None
+            label = escape(self.label) or "done"
             self._bar.update(self._task, total=done, completed=done, description=label)
         self._bar.stop()
         self._bar = None
@@ -156,3 +159,22 @@ def print_table(
     for row in rows:
         table.add_row(*(escape(str(cell)) for cell in row))
     console.print(table)
+
+
+def print_summary(
+    plain: Sequence[str],
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    title: str | None = None,
+    console: Console | None = None,
+) -> None:
+    """A command's result: a ``rich`` table on a terminal, the ``plain`` lines otherwise.
+
+    The plain lines are what scripts and the CLI tests read, so they stay as each command wrote them.
+    """
+    console = console if console is not None else stdout_console()
+    if console.is_terminal:
+        print_table(columns, rows, title=title, console=console)
+    else:
+        print("\n".join(plain), file=console.file, flush=True)

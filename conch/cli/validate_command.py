@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conch.validation.findings import Finding
 
 
 def add_parser(commands: Any) -> None:
@@ -26,6 +29,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from conch.cli.progress import Steps, stdout_console
     from conch.validation import NotAModelOrRepositoryError, model_folders, validate_model
     from conch.validation.report import as_json, as_table
 
@@ -34,11 +38,31 @@ def run(args: argparse.Namespace) -> int:
     except NotAModelOrRepositoryError as exc:
         print(f"conch validate: {exc}", file=sys.stderr)
         return 2
-    findings = [finding for folder in folders for finding in validate_model(folder, _progress)]
+    findings = []
+    with Steps(len(folders), suffix="…", label=f"conch validate {args.path}") as steps:
+        for folder in folders:
+            steps.step(folder.name)
+            findings += validate_model(folder, steps.step)
+            steps.advance()
     models = [folder.name for folder in folders]
-    print(as_json(models, findings) if args.json else as_table(models, findings))
+    if args.json:
+        print(as_json(models, findings))
+    elif stdout_console().is_terminal:
+        _print_rich_table(models, findings)
+    else:
+        print(as_table(models, findings))
     return 1 if any(finding.is_error for finding in findings) else 0
 
 
-def _progress(step: str) -> None:
-    print(f"{step}…", file=sys.stderr, flush=True)
+def _print_rich_table(models: list[str], findings: list[Finding]) -> None:
+    """The findings as a ``rich`` table, each hint under its message, then the summary line."""
+    from conch.cli.progress import print_table
+    from conch.validation.report import ordered, summary_line
+
+    rows = [
+        (f.model, f.severity.value, f.code, f.field, f"{f.message}\nhint: {f.hint}" if f.hint else f.message)
+        for f in ordered(findings)
+    ]
+    if rows:
+        print_table(["MODEL", "SEVERITY", "CODE", "FIELD", "MESSAGE"], rows)
+    print(summary_line(models, findings))

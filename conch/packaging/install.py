@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,14 +88,18 @@ def install_package(
     version: int | None = None,
     limits: UnpackLimits | None = None,
     verify_key: Ed25519PublicKey | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Installation:
     """Install ``package`` into ``repository`` as ``version`` (default: the next free number).
 
     A missing ``repository`` folder (whose parent exists) is created once the package is verified.
-    With ``verify_key``, the package must be signed by it.
+    With ``verify_key``, the package must be signed by it. ``progress`` hears each slow step.
 
     Raises :class:`PackageError` for a package that is refused; the repository is then unchanged.
     """
+    report = progress or (lambda _step: None)
+    checks = "member paths, sizes, checksums" + (", signature" if verify_key else "")
+    report(f"verifying {package.name}: {checks}")
     verified = verify_package(package, limits, verify_key)
     name = verified.metadata.name
     model_dir = repository / name
@@ -106,6 +111,7 @@ def install_package(
     replaced = from_package and model_dir.is_dir()
     try:
         repository.mkdir(exist_ok=True)  # a first install starts a repository; only a verified one
+        report(f"unpacking {name} {verified.semver} as version {number}")
         _stage_and_commit(verified, model_dir, number, from_package)
     except OSError as exc:
         raise PackageError(

@@ -37,6 +37,7 @@ from conch.packaging.semver import SemVer
 from conch.packaging.signing import sign_metadata
 from conch.repository.version_policy import version_folders
 from conch.validation import validate_model
+from conch.validation.validator import Progress
 
 
 def package_file_name(name: str, version: SemVer) -> str:
@@ -50,13 +51,15 @@ def package_model(
     output: Path | None = None,
     model_version: int | None = None,
     sign_key: Ed25519PrivateKey | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Package ``model_version`` (default: the highest) of the model in ``model_dir``; returns the file.
 
     ``output`` defaults to :func:`package_file_name` in the current folder; with ``sign_key`` the
-    package is signed. Raises
+    package is signed; ``progress`` hears each slow step (validation's included). Raises
     :class:`PackageError` for a model that cannot be packaged, before anything is written.
     """
+    report = progress or _silent
     name = model_dir.resolve().name
     check_model_name(name)
     version_dir = model_dir / str(_version_to_package(model_dir, model_version))
@@ -64,7 +67,8 @@ def package_model(
     if not (model_dir / CONFIG_FILENAME).is_file():
         raise PackageError(f"model '{name}' has no {CONFIG_FILENAME}: make the model with `conch export`")
     _refuse_links(model_dir, version_dir)
-    _refuse_invalid(model_dir)
+    _refuse_invalid(model_dir, report)
+    report(f"{name} {version_dir.name}: checksums")
     packaged = dataclasses.replace(
         metadata,
         version=int(PACKAGE_VERSION_FOLDER),
@@ -75,6 +79,7 @@ def package_model(
     target = output or Path.cwd() / package_file_name(name, version)
     try:
         files = _package_files(model_dir, version_dir, packaged, sign_key)
+        report(f"{name} {version_dir.name}: writing {target}")
         write_package(target, package_members(files, name))
     except OSError as exc:
         raise PackageError(f"could not write {target} ({exc})") from None
@@ -127,8 +132,12 @@ def _refuse_links(model_dir: Path, version_dir: Path) -> None:
         )
 
 
-def _refuse_invalid(model_dir: Path) -> None:
-    errors = [finding for finding in validate_model(model_dir) if finding.is_error]
+def _silent(_step: str) -> None:
+    pass
+
+
+def _refuse_invalid(model_dir: Path, progress: Progress) -> None:
+    errors = [finding for finding in validate_model(model_dir, progress) if finding.is_error]
     if errors:
         lines = [f"  {f.code} {f.field}: {f.message} ({f.hint})" for f in errors]
         raise PackageError(

@@ -62,11 +62,11 @@ def as_table(models: list[str], findings: list[Finding]) -> str:
             lines.append(_row(row, widths) + message[0])
             lines += [" " * indent + text for text in message[1:] + hint]
         lines.append("")
-    lines.append(_summary(models, findings))
+    lines.append(summary_line(models, findings))
     return "\n".join(lines)
 
 
-def _summary(models: list[str], findings: list[Finding]) -> str:
+def summary_line(models: list[str], findings: list[Finding]) -> str:
     """``3 models checked: 1 error, 0 warnings, 2 infos: INVALID``."""
     number = counts(findings)
     parts = ", ".join(_plural(number[s.value], s.value) for s in Severity)

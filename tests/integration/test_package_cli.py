@@ -98,7 +98,7 @@ def test_invalid_model_is_refused(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("TYPE_FP32", "TYPE_INT32", 1))
     done = conch("package", model_dir, "--version", "1.0.0", cwd=tmp_path)
     assert done.returncode == 1
-    assert done.stderr.startswith("conch package: model 'broken' fails validation, so it is not packaged:")
+    assert "conch package: model 'broken' fails validation, so it is not packaged:" in done.stderr
     assert not list(tmp_path.glob("*.tar.gz"))
 
 
@@ -115,7 +115,7 @@ def test_install_refusals_and_usage_errors(source: Path, tmp_path: Path) -> None
     before = tree(repository)
     done = conch("install", changed, "--repository", repository)
     assert done.returncode == 1
-    assert done.stderr.startswith(f"conch install: refused {changed}: add-sub 1.1.0 changes the interface")
+    assert f"conch install: refused {changed}: add-sub 1.1.0 changes the interface" in done.stderr
     assert "  input 'INPUT1' removed (was FP32 [-1, 16])" in done.stderr
     assert tree(repository) == before
 

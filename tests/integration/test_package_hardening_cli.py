@@ -80,7 +80,7 @@ def test_sign_verify_and_every_refusal(source: Path, tmp_path: Path, repository:
     for case, (package, key, message) in refusals.items():
         done = conch("install", package, "--repository", repository, "--verify", key)
         assert done.returncode == 1, case
-        assert done.stderr.startswith(f"conch install: refused {package}:"), case
+        assert f"conch install: refused {package}:" in done.stderr, case
         assert message in done.stderr, case
         assert tree(repository) == before, case
 
