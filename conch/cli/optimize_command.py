@@ -102,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(
+    print(  # with --json, stdout holds the document and nothing else
         f"wrote version {optimized.twin_version} of '{optimized.model}', the int8 twin of version "
-        f"{optimized.source_version}, to {args.model_dir / str(optimized.twin_version)}"
+        f"{optimized.source_version}, to {args.model_dir / str(optimized.twin_version)}",
+        file=sys.stderr if args.json else sys.stdout,
     )
     return 0
 
@@ -162,7 +163,7 @@ def _print_report(optimized: Any) -> None:
         "figure",
         f"fp32 (version {fp32.version})",
         f"int8 (version {int8.version})",
-        "int8 / fp32, limit",
+        "int8/fp32, limit",
     )
     print_table(columns, rows, title=title)
 
