@@ -157,10 +157,16 @@ def _run_kubernetes(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        settings = resolve(args.repository, vars(args), file_values, facts.shm_size)
+        settings = resolve(args.repository, vars(args), file_values, facts.shm_size, facts.releases)
     except DeploySettingsError as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2
+    if facts.releases and not settings.releases:
+        print(
+            f"conch deploy: release.yaml of {', '.join(sorted(facts.releases))} not shipped: with --models "
+            f"{settings.models} the pods read each model's release.yaml from there",
+            file=sys.stderr,
+        )
     warning = gpu_warning(facts, settings.gpus)
     if warning:
         print(f"conch deploy: {warning}", file=sys.stderr)

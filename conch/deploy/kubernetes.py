@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from conch.deploy.manifests import Manifest, register
+from conch.deploy.releases import DIGEST_ANNOTATION, digest, releases_name
 from conch.deploy.settings import GRPC_PORT, HTTP_PORT, IMAGE_MODELS, METRICS_PORT, DeploySettings
 
 #: Seconds ``preStop`` waits before conch sees SIGTERM: the endpoints controller and kube-proxy take a
@@ -64,12 +65,16 @@ def deployment(settings: DeploySettings) -> Manifest:
         "spec": {
             "selector": {"matchLabels": dict(settings.labels)},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": dict(settings.labels)},
-                "spec": pod_spec(settings),
-            },
+            "template": {"metadata": template_metadata(settings), "spec": pod_spec(settings)},
         },
     }
+
+
+def template_metadata(settings: DeploySettings) -> dict[str, Any]:
+    found: dict[str, Any] = {"labels": dict(settings.labels)}
+    if settings.releases:
+        found["annotations"] = {DIGEST_ANNOTATION: digest(settings.releases)}
+    return found
 
 
 def pod_spec(settings: DeploySettings) -> dict[str, Any]:
@@ -175,6 +180,8 @@ def volumes(settings: DeploySettings) -> list[dict[str, Any]]:
         found.append({"name": "models", "persistentVolumeClaim": {"claimName": settings.models.location}})
     elif settings.models.kind == "hostpath":
         found.append({"name": "models", "hostPath": {"path": settings.models.location, "type": "Directory"}})
+    if settings.releases:
+        found.append({"name": "releases", "configMap": {"name": releases_name(settings)}})
     return found
 
 
@@ -183,6 +190,15 @@ def volume_mounts(settings: DeploySettings) -> list[dict[str, Any]]:
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     if settings.models.kind in ("pvc", "hostpath"):
         mounts.append({"name": "models", "mountPath": IMAGE_MODELS, "readOnly": True})
+    mounts += [
+        {
+            "name": "releases",
+            "mountPath": f"{IMAGE_MODELS}/{model}/release.yaml",
+            "subPath": model,
+            "readOnly": True,
+        }
+        for model in sorted(settings.releases)
+    ]
     return mounts
 
 

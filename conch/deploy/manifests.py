@@ -42,6 +42,7 @@ _FILES: dict[str, ManifestFile] = {}
 #: :func:`prometheus_rule_placeholder` holds its place.
 BUILDER_MODULES = (
     "conch.deploy.kubernetes",
+    "conch.deploy.releases",
     "conch.deploy.scaling",
     "conch.deploy.scraping",
     "conch.deploy.monitoring",

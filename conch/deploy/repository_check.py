@@ -16,6 +16,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.kinds import PYTHON_BACKEND
+from conch.deploy.releases import release_files
 from conch.validation import Finding, model_folders, validate_model
 from conch.validation.model_folder import read_model_folder
 
@@ -31,6 +32,8 @@ class RepositoryFacts:
     findings: list[Finding] = field(default_factory=list)
     gpu_models: list[str] = field(default_factory=list)
     python_instances: int = 0
+    #: Each model's ``release.yaml`` that the server's rules accept (``conch/deploy/releases.py``).
+    releases: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_errors(self) -> bool:
@@ -44,7 +47,9 @@ class RepositoryFacts:
 def check_repository(path: Path, progress: Callable[[str], None]) -> RepositoryFacts:
     """Validate every model of ``path`` (raises ``NotAModelOrRepositoryError`` when it is neither)."""
     facts = RepositoryFacts()
-    for folder in model_folders(path):
+    folders = model_folders(path)
+    facts.releases, facts.findings = release_files(folders)
+    for folder in folders:
         facts.models.append(folder.name)
         facts.findings += validate_model(folder, progress)
         model, _ = read_model_folder(folder)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,9 @@ class DeploySettings:
     autoscale_on: str
     target_cpu_percent: int
     target_pending_requests: int
+    #: Each model's ``release.yaml`` text, shipped in a ConfigMap (``conch/deploy/releases.py``); empty
+    #: unless the repository is baked into the image (a volume or a bucket holds its own files).
+    releases: dict[str, str] = field(default_factory=dict)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -199,8 +202,13 @@ def read_deploy_file(path: Path) -> dict[str, Any]:
     return document
 
 
-def resolve(repository: Path, flags: Mapping[str, Any], file_values: Mapping[str, Any],
-            shm_default: str) -> DeploySettings:  # fmt: skip
+def resolve(
+    repository: Path,
+    flags: Mapping[str, Any],
+    file_values: Mapping[str, Any],
+    shm_default: str,
+    releases: Mapping[str, str] | None = None,
+) -> DeploySettings:
     """The settings: ``flags`` (parsed, None when not given) over ``file_values`` over the defaults."""
     values: dict[str, Any] = {}
     for setting in KUBERNETES_SETTINGS:
@@ -224,4 +232,5 @@ def resolve(repository: Path, flags: Mapping[str, Any], file_values: Mapping[str
         )
     if values["s3_secret"] and values["models"].kind != "s3":
         raise DeploySettingsError("--s3-secret is for an s3:// repository: give --models s3://bucket/prefix")
-    return DeploySettings(repository=repository, **values)
+    shipped = dict(releases or {}) if values["models"].kind == "image" else {}
+    return DeploySettings(repository=repository, releases=shipped, **values)

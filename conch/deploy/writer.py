@@ -24,12 +24,31 @@ class WrittenFile:
     name: str
 
 
+class _ReadableDumper(yaml.SafeDumper):
+    """Block style, and multi-line strings (a ``release.yaml`` in a ConfigMap) as ``|`` blocks."""
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text and not text.endswith(" ") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_ReadableDumper.add_representer(str, _string)
+
+
 def manifest_text(manifest: dict[str, Any], preamble: str = "") -> str:
     """The YAML of one object, under the header and the ``preamble`` as comments."""
     lines = [f"# Written by conch {__version__} (conch deploy); re-run it rather than editing by hand."]
     if preamble:
         lines += ["#", *(f"# {line}".rstrip() for line in preamble.splitlines())]
-    body = yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+    body = yaml.dump(
+        manifest,
+        Dumper=_ReadableDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=100,
+        allow_unicode=True,
+    )
     return "\n".join(lines) + "\n" + body
 
 
