@@ -29,6 +29,11 @@ from conch.core.types import ExecutionTiming
 from conch.scheduling.instance_pool import ModelInstance
 
 WARMUP_FOLDER = "warmup"
+#: Elements one warm-up input may have, its batch included (64 MiB of FP32). A sample only has to
+#: reach the model's code paths; a config's dims and batch_size are numbers up to 2**63, and
+#: generating them whole failed a load with MemoryError or held it for minutes (found by
+#: tests/unit/test_fuzz_config.py).
+MAX_WARMUP_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,13 @@ def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSam
     inputs = {}
     for input_name, spec in sorted(entry.inputs.items()):
         where = f"warm-up sample '{entry.name}' input '{input_name}'"
+        elements = math.prod(spec.dims) * (entry.batch_size if batching else 1)
+        if elements > MAX_WARMUP_ELEMENTS:
+            raise InvalidArgumentError(
+                f"{where}: dims {list(spec.dims)} with batch_size {entry.batch_size} make {elements} "
+                f"elements, more than the {MAX_WARMUP_ELEMENTS} a warm-up sample may have; warm up with "
+                "a smaller sample"
+            )
         one = _one_sample(where, spec, model_dir, rng)
         inputs[input_name] = np.repeat(one[np.newaxis], entry.batch_size, axis=0) if batching else one
     return WarmupSample(entry.name, inputs, entry.count)
@@ -112,6 +124,8 @@ def warmup_file_path(model_dir: Path, name: str) -> Path | None:
     Why one rule for the server and ``conch validate``: a config's ``input_data_file`` comes from
     whoever wrote the config, and ``..`` or an absolute path must never reach outside the folder.
     """
+    if "\0" in name:  # no file has one; resolve() would raise ValueError (found by fuzzing)
+        return None
     folder = (model_dir / WARMUP_FOLDER).resolve()
     path = (folder / name).resolve()
     return path if path.is_relative_to(folder) and path.is_file() else None
