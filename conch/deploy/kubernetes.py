@@ -50,6 +50,11 @@ WRITABLE = [
     ("audit-log", "/var/log/conch", None),
 ]
 
+#: The audit file of ``--log-sample-bodies``, and the most its folder holds: the file and its three
+#: rotated copies at ``--audit-log-max-mb`` 100, with room to spare; beyond it the kubelet evicts the pod.
+AUDIT_LOG = "/var/log/conch/audit.jsonl"
+AUDIT_LOG_LIMIT = "512Mi"
+
 
 def metadata(settings: DeploySettings, name: str | None = None) -> dict[str, Any]:
     return {"name": name or settings.name, "namespace": settings.namespace, "labels": dict(settings.labels)}
@@ -143,6 +148,8 @@ def environment(settings: DeploySettings) -> list[dict[str, str]]:
         "HOME": "/tmp",
     }
     variables |= {variable: path for _, path, variable in WRITABLE if variable}
+    # Written only when sampling is on (CONCH_LOG_SAMPLE_BODIES above 0); rotated at 100 MB, 3 kept.
+    variables["CONCH_AUDIT_LOG"] = AUDIT_LOG
     return [{"name": name, "value": value} for name, value in variables.items()]
 
 
@@ -174,7 +181,10 @@ def _probe(path: str, period: int, failures: int, timeout: int = 2) -> dict[str,
 
 
 def volumes(settings: DeploySettings) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = [{"name": name, "emptyDir": {}} for name, _, _ in WRITABLE]
+    found: list[dict[str, Any]] = [
+        {"name": name, "emptyDir": {"sizeLimit": AUDIT_LOG_LIMIT} if name == "audit-log" else {}}
+        for name, _, _ in WRITABLE
+    ]
     found.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
     if settings.models.kind == "pvc":
         found.append({"name": "models", "persistentVolumeClaim": {"claimName": settings.models.location}})

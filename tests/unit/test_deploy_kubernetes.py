@@ -118,7 +118,9 @@ def test_non_root_read_only_root_and_writable_folders(manifests: Path) -> None:
     env = {item["name"]: item["value"] for item in conch["env"]}
     for variable in ("CONCH_MODEL_CACHE_DIR", "CONCH_CACHE_DIR", "CONCH_STATE_DIR"):
         assert "emptyDir" in volumes[mounts[env[variable]]], variable
-    assert "emptyDir" in volumes[mounts["/var/log/conch"]] and "emptyDir" in volumes[mounts["/tmp"]]
+    assert env["CONCH_AUDIT_LOG"].startswith("/var/log/conch/")
+    assert volumes[mounts["/var/log/conch"]]["emptyDir"] == {"sizeLimit": "512Mi"}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
     shm = volumes[mounts["/dev/shm"]]["emptyDir"]
     assert shm["medium"] == "Memory" and shm["sizeLimit"] == "64Mi"  # one Python instance (text-length)
 
