@@ -136,7 +136,11 @@ def _instances(
         if placement not in modules:
             # The CPU copy read for the signature serves the CPU; each GPU gets its own read.
             source = program if not placement.gpu else load_program(torch, model_file)
-            modules[placement] = _prepared(torch, source.module, _device(placement), settings)
+            try:
+                modules[placement] = _prepared(torch, source.module, _device(placement), settings)
+            except RuntimeError as exc:  # CUDA out of memory (under a cap), a device that failed
+                reason = str(exc).strip().split("\n")[0][:300]
+                raise UnavailableError(f"{label} could not be placed on {placement}: {reason}") from None
         instances.append(
             PyTorchInstance(torch, modules[placement], binding, _device(placement), settings, label)
         )
