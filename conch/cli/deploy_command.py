@@ -56,10 +56,8 @@ def _kubernetes(targets: Any) -> None:
     _output(parser)
     parser.add_argument("--config", type=Path, help="a deploy.yaml of settings (keys: the flags' names)")
     for setting in KUBERNETES_SETTINGS:
-        shown = setting.default if setting.default is not None else "see above"
-        parser.add_argument(
-            setting.flag, type=setting.parse, default=None, help=f"{setting.help} (default {shown})"
-        )
+        shown = f" (default {setting.default})" if setting.default is not None else ""
+        parser.add_argument(setting.flag, type=setting.parse, default=None, help=setting.help + shown)
     parser.set_defaults(run=_run_kubernetes)
 
 
