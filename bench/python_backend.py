@@ -51,6 +51,7 @@ from bench.run import (
     settle_round_arguments,
 )
 from bench.servers import ServerError, ServerProcess, measure_between
+from conch.cli.progress import Steps, stdout_console
 
 PROTOCOLS = ("http_pa", "grpc")
 WARMUP_S = 1.0
@@ -100,31 +101,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         models=list(served["conch"]),
     )
     print(f"bench.python_backend: {', '.join(results.models)}, {args.seconds:g} s per point", flush=True)
-    for name in args.models:
-        limits = ort_limit.measure_model(name, args.seconds)
-        results.ort |= {model: limits for model, source in served["conch"].items() if source == name}
     rows = {side.key: [Row(side.key, side.title, protocol) for protocol in PROTOCOLS] for side in SIDES}
     results.rows += [row for side in SIDES for row in rows[side.key]]
     sides = {side.key: side for side in SIDES}
-    with tempfile.TemporaryDirectory(prefix="conch-bench-pb-") as folder:
-        repositories = {
-            side.key: write_repository(Path(folder) / side.key / "repo", args.models, side.onnx_callee)
-            for side in SIDES
-        }
-        for round_number in range(1, args.rounds + 1):
-            print(f"round {round_number} of {args.rounds}", flush=True)
-            for key in round_order(list(sides), round_number):
-                workdir = Path(folder) / key
-                run_side(
-                    sides[key],
-                    repositories[key],
-                    workdir,
-                    served[key],
-                    rows[key],
-                    results,
-                    round_number,
-                    args.seconds,
-                )
+    points = args.rounds * len(results.rows) * len(results.models) * len(CONCURRENCIES)
+    # On a terminal a bar counts the points (and the raw ORT runs); otherwise the lines below are all.
+    with Steps(len(args.models) + points, label="bench.python_backend", console=stdout_console()) as steps:
+        for name in args.models:
+            steps.step(f"raw ORT {name}", plain=False)
+            limits = ort_limit.measure_model(name, args.seconds)
+            results.ort |= {model: limits for model, source in served["conch"].items() if source == name}
+            steps.advance()
+        with tempfile.TemporaryDirectory(prefix="conch-bench-pb-") as folder:
+            repositories = {
+                side.key: write_repository(Path(folder) / side.key / "repo", args.models, side.onnx_callee)
+                for side in SIDES
+            }
+            for round_number in range(1, args.rounds + 1):
+                steps.note(f"round {round_number} of {args.rounds}")
+                for key in round_order(list(sides), round_number):
+                    workdir = Path(folder) / key
+                    run_side(
+                        sides[key],
+                        repositories[key],
+                        workdir,
+                        served[key],
+                        rows[key],
+                        results,
+                        round_number,
+                        args.seconds,
+                        steps,
+                    )
     results.machine.append(f"load average at the end: {loadavg()}")
     text = render(results, [side.key for side in SIDES])
     print("\n" + text)
@@ -150,10 +157,13 @@ def run_side(
     results: BenchResults,
     round_number: int,
     seconds: float,
+    steps: Steps | None = None,
 ) -> None:
     """Start one server, measure every model, stop it; failures become row notes, never exceptions."""
+    steps = steps or Steps(console=stdout_console())
+    steps.step(f"{side.key}: waiting for quiet cores", plain=False)
     busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
-    print(f"{side.key}: {busy}", flush=True)
+    steps.note(f"{side.key}: {busy}")
     try:
         server = side.serve(repository, workdir)
         with server:
@@ -166,7 +176,7 @@ def run_side(
                 about += f"; {server_metadata(server)}; {versions}"
             results.machine.append(about)
             for model, name in models.items():
-                measure_model(server, model, name, rows, workdir, round_number, seconds)
+                measure_model(server, model, name, rows, workdir, round_number, seconds, steps)
     except (PeerUnavailable, ServerError, OSError) as exc:
         note = str(exc).splitlines()[0]
         print(f"  {side.key}: {note}", file=sys.stderr, flush=True)
@@ -195,9 +205,11 @@ def measure_model(
     workdir: Path,
     round_number: int,
     seconds: float,
+    steps: Steps | None = None,
 ) -> None:
     """Warm ``model`` (whose input is the ``name`` ONNX file's), then every (protocol, concurrency)
     point; a model whose sanity request fails gets failed points."""
+    steps = steps or Steps(console=stdout_console())
     body = workdir / f"{model}.json"
     body.write_bytes(loadgen.infer_body(name))
     url = f"{server.ports.http_url}/v2/models/{model}/infer"
@@ -208,6 +220,7 @@ def measure_model(
             row.add(
                 (model, concurrency), Point(loadgen.LoadResult.failed(f"sanity request: {exc}")), round_number
             )
+        steps.advance(len(rows) * len(CONCURRENCIES))
         return
     loadgen.run_wrk(url, body, max(CONCURRENCIES), WARMUP_S, workdir)
     for row in rows:
@@ -216,17 +229,18 @@ def measure_model(
             model, address, "http" if row.protocol == "http_pa" else "grpc", MODELS[name][0]
         )
         for concurrency in CONCURRENCIES:
+            steps.step(f"{row.server} {model} {target.protocol} c={concurrency}", plain=False)
             load = partial(loadgen.perf_analyzer_point, target, concurrency, seconds, workdir)
             result, times = measure_between(server, model, load)
             point = Point(
                 result, times.compute_ms, times.request_ms, times.server_cpu_us, times.children_cpu_us
             )
             row.add((model, concurrency), point, round_number)
-            print(
+            steps.note(
                 f"  {model} {target.protocol} c={concurrency}: {result.throughput:,.0f}/s "
-                f"p50 {result.p50_ms:.2f} ms ({result.failure or result.note or 'ok'})",
-                flush=True,
+                f"p50 {result.p50_ms:.2f} ms ({result.failure or result.note or 'ok'})"
             )
+            steps.advance()
 
 
 def describe_method(seconds: float, names: Sequence[str], rounds: int) -> list[str]:

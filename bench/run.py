@@ -30,6 +30,7 @@ from bench.models import DEFAULT_MODELS, MAX_BATCH_SIZE, MAX_QUEUE_DELAY_US, MOD
 from bench.peers import CACHE, PEERS, Peer, PeerUnavailable, package_versions
 from bench.report import CONCURRENCIES, BenchResults, Point, Row
 from bench.servers import ServerError, ServerProcess, measure_between
+from conch.cli.progress import Steps, stdout_console
 
 RESULTS = Path(__file__).parent / "results"
 WARMUP_S = 1.0
@@ -99,28 +100,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"bench: {', '.join(args.only)} on {', '.join(args.models)}, {args.seconds:g} s per point", flush=True
     )
-    for model in args.models:
-        results.ort[model] = ort_limit.measure_model(model, args.seconds)
-        rates = ", ".join(f"b{b} {r.throughput:,.0f}/s" for b, r in results.ort[model].items())
-        print(f"  raw ORT {model}: {rates}", flush=True)
     rows = {
         key: [Row(key, PEERS[key].title, protocol) for protocol in PEERS[key].protocols] for key in args.only
     }
     results.rows += [row for key in args.only for row in rows[key]]
-    with tempfile.TemporaryDirectory(prefix="conch-bench-") as folder:
-        for round_number in range(1, args.rounds + 1):
-            if args.rounds > 1:
-                print(f"round {round_number} of {args.rounds}", flush=True)
-            for key in round_order(args.only, round_number):
-                run_peer(
-                    PEERS[key],
-                    rows[key],
-                    Path(folder) / key,
-                    args.models,
-                    args.seconds,
-                    results,
-                    round_number,
-                )
+    points = args.rounds * len(results.rows) * len(args.models) * len(CONCURRENCIES)
+    # On a terminal a bar counts the points (and the raw ORT runs); otherwise the lines below are all.
+    with Steps(len(args.models) + points, label="bench", console=stdout_console()) as steps:
+        for model in args.models:
+            steps.step(f"raw ORT {model}", plain=False)
+            results.ort[model] = ort_limit.measure_model(model, args.seconds)
+            rates = ", ".join(f"b{b} {r.throughput:,.0f}/s" for b, r in results.ort[model].items())
+            steps.note(f"  raw ORT {model}: {rates}")
+            steps.advance()
+        with tempfile.TemporaryDirectory(prefix="conch-bench-") as folder:
+            for round_number in range(1, args.rounds + 1):
+                if args.rounds > 1:
+                    steps.note(f"round {round_number} of {args.rounds}")
+                for key in round_order(args.only, round_number):
+                    run_peer(
+                        PEERS[key],
+                        rows[key],
+                        Path(folder) / key,
+                        args.models,
+                        args.seconds,
+                        results,
+                        round_number,
+                        steps,
+                    )
     results.machine.append(f"load average at the end: {loadavg()}")
     text = report.render(results)
     print("\n" + text)
@@ -146,13 +153,16 @@ def run_peer(
     seconds: float,
     results: BenchResults,
     round_number: int = 1,
+    steps: Steps | None = None,
 ) -> None:
     """Install, start, measure and stop one server; failures become row notes, never exceptions.
 
     The server's versions and the machine's load go into the report in the first round only.
     """
+    steps = steps or Steps(console=stdout_console())
     busy = f"cores {other_load():.0%} busy with other jobs just before it started"
-    print(f"{peer.key}: {busy}", flush=True)
+    steps.note(f"{peer.key}: {busy}")
+    steps.step(f"{peer.key}: starting", plain=False)
     try:
         server = peer.build(workdir, models)
         with server:
@@ -162,14 +172,14 @@ def run_peer(
                     f"{package_versions(peer.python(), peer.packages)}; {busy}"
                 )
             for model in models:
-                measure_model(server, model, rows, workdir, seconds, round_number)
+                measure_model(server, model, rows, workdir, seconds, round_number, steps)
     except PeerUnavailable as exc:
-        _note(rows, str(exc))
+        _note(rows, str(exc), steps)
     except ServerError as exc:
-        _note(rows, f"did not start: {str(exc).splitlines()[0]}")
+        _note(rows, f"did not start: {str(exc).splitlines()[0]}", steps)
         print(str(exc), file=sys.stderr)
     except OSError as exc:
-        _note(rows, f"failed: {exc}")
+        _note(rows, f"failed: {exc}", steps)
     finally:
         keep_log(workdir / f"{peer.key}.log")
 
@@ -191,10 +201,17 @@ def keep_log(log: Path) -> None:
 
 
 def measure_model(
-    server: ServerProcess, model: str, rows: list[Row], workdir: Path, seconds: float, round_number: int = 1
+    server: ServerProcess,
+    model: str,
+    rows: list[Row],
+    workdir: Path,
+    seconds: float,
+    round_number: int = 1,
+    steps: Steps | None = None,
 ) -> None:
     """Every (protocol, concurrency) point of ``model`` on a running server, after a sanity request,
     recorded as round ``round_number``'s."""
+    steps = steps or Steps(console=stdout_console())
     body = workdir / f"{model}.json"
     body.write_bytes(loadgen.infer_body(model))
     try:
@@ -204,19 +221,21 @@ def measure_model(
             for concurrency in CONCURRENCIES:
                 failed = Point(loadgen.LoadResult.failed(f"sanity request: {exc}"))
                 row.add((model, concurrency), failed, round_number)
+        steps.advance(len(rows) * len(CONCURRENCIES))
         return
     loadgen.run_wrk(_infer_url(server, model), body, max(CONCURRENCIES), WARMUP_S, workdir)
     for row in rows:
         for concurrency in CONCURRENCIES:
+            steps.step(f"{row.server} {model} {row.protocol} c={concurrency}", plain=False)
             load = partial(run_point, server, model, row.protocol, concurrency, body, seconds, workdir)
             result, times = measure_between(server, model, load)
             row.add((model, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
             status = result.failure or result.note or "ok"
-            print(
+            steps.note(
                 f"  {model} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "
-                f"p50 {result.p50_ms:.2f} ms p99 {result.p99_ms:.2f} ms ({status})",
-                flush=True,
+                f"p50 {result.p50_ms:.2f} ms p99 {result.p99_ms:.2f} ms ({status})"
             )
+            steps.advance()
 
 
 def run_point(
@@ -238,8 +257,8 @@ def _infer_url(server: ServerProcess, model: str) -> str:
     return f"{server.ports.http_url}/v2/models/{model}/infer"
 
 
-def _note(rows: list[Row], note: str) -> None:
-    print(f"  {note}", flush=True)
+def _note(rows: list[Row], note: str, steps: Steps) -> None:
+    steps.note(f"  {note}")
     for row in rows:
         row.note = note
 

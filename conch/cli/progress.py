@@ -99,11 +99,14 @@ class Steps:
         self._bar.stop()
         self._bar = None
 
-    def step(self, text: str) -> None:
-        """``text`` is what starts now ("digits-mlp 1: determinism")."""
+    def step(self, text: str, plain: bool = True) -> None:
+        """``text`` is what starts now ("digits-mlp 1: determinism").
+
+        ``plain=False``: only the bar shows it, for work whose result line (a :meth:`note`) says it.
+        """
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=escape(text))
-        else:
+        elif plain:
             print(f"{self.prefix}{text}{self.suffix}", file=self.console.file, flush=True)
 
     def advance(self, units: int = 1) -> None:
