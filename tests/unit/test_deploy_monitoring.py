@@ -114,18 +114,19 @@ def test_conch_deploy_kubernetes_writes_this_rule_scoped_to_its_service_and_name
     assert rule["spec"] == rule_groups(selector='job="scoring", namespace="ml"')
 
 
-def test_every_query_is_promql_and_every_per_model_panel_filters_on_the_template_variables() -> None:
+def test_every_query_is_promql_and_filters_on_the_template_variables() -> None:
     board = dashboard()
-    server_wide = {"conch_requests_total", "up"}
-    gpu = {"nv_gpu_", "conch_gpu_"}
+    without_model = {"conch_requests_total", "up"}
+    per_gpu = ("nv_gpu_", "conch_gpu_")
 
     for alert in alerts():
         assert metric_names(alert.expr), alert.name
     for title, expr in panel_queries(board):
         names = metric_names(expr)
-        if not any(n in server_wide or n.startswith(tuple(gpu)) for n in names):
+        assert expr.count('job=~"$job"') == len(selector_matchers(expr)), f"{title}: {expr}"
+        if not any(n in without_model or n.startswith(per_gpu) for n in names):
             assert 'model=~"$model"' in expr, f"{title}: {expr}"
-    assert {name for name, _ in variable_selectors(board)} == {"model", "version"}
+    assert {name for name, _ in variable_selectors(board)} == {"job", "model", "version"}
     assert {p["title"] for p in board["panels"]} >= PANELS
 
 

@@ -4,8 +4,9 @@ Why the SDK and not a JSON template: its builders are generated from Grafana's o
 panel, a query or a template variable cannot be misspelled into JSON Grafana silently ignores. The
 board drills down from the golden signals (latency, traffic, errors) to what explains them: the
 version split of a release, readiness, circuits and fallbacks, cold starts, queue time and GPU memory.
-Every query filters on the ``model`` and ``version`` template variables, except the families conch
-keeps server-wide or per GPU (``conch_requests_total``, ``nv_gpu_*``, ``conch_gpu_*``).
+Every query filters on the ``job`` template variable (which conch deployment), and each per-model one
+on ``model`` and ``version`` too; the families conch keeps server-wide or per GPU
+(``conch_requests_total``, ``nv_gpu_*``, ``conch_gpu_*``) have no model label.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 DASHBOARD_UID = "conch-serving"
 #: The template variables' selector, added to every per-model query.
-VERSION = '{model=~"$model", version=~"$version"}'
-MODEL = '{model=~"$model"}'
+VERSION = '{job=~"$job", model=~"$model", version=~"$version"}'
+MODEL = '{job=~"$job", model=~"$model"}'
+JOB = '{job=~"$job"}'
 RATE = "[$__rate_interval]"
 _DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
@@ -74,11 +76,22 @@ def _latency_quantile(quantile: float) -> str:
 
 
 def _variables(builder: Dashboard) -> Dashboard:
+    job = (
+        QueryVariable("job")
+        .label("Job")
+        .datasource(_DATASOURCE)
+        .query("label_values(nv_inference_request_success, job)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
     model = (
         QueryVariable("model")
         .label("Model")
         .datasource(_DATASOURCE)
-        .query("label_values(nv_inference_request_success, model)")
+        .query(f"label_values(nv_inference_request_success{JOB}, model)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(True)
@@ -97,7 +110,7 @@ def _variables(builder: Dashboard) -> Dashboard:
         .all_value(".*")
     )
     source = DatasourceVariable("datasource").label("Prometheus").type("prometheus")
-    return builder.with_variable(source).with_variable(model).with_variable(version)
+    return builder.with_variable(source).with_variable(job).with_variable(model).with_variable(version)
 
 
 def _golden_signals(builder: Dashboard) -> Dashboard:
@@ -144,7 +157,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
             _timeseries(
                 "GPU utilisation",
                 "percentunit",
-                [("nv_gpu_utilization", "{{gpu_uuid}}")],
+                [(f"nv_gpu_utilization{JOB}", "{{gpu_uuid}}")],
                 "Per GPU, from NVML; empty on a server without a GPU.",
             )
         )
@@ -154,7 +167,8 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
                 "reqps",
                 [
                     (
-                        f'sum by (protocol, code) (rate(conch_requests_total{{code!~"200|OK"}}{RATE}))',
+                        "sum by (protocol, code) "
+                        f'(rate(conch_requests_total{{job=~"$job", code!~"200|OK"}}{RATE}))',
                         "{{protocol}} {{code}}",
                     )
                 ],
@@ -298,8 +312,8 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
                 "GPU memory",
                 "bytes",
                 [
-                    ("nv_gpu_memory_used_bytes", "{{gpu_uuid}} used"),
-                    ("nv_gpu_memory_total_bytes", "{{gpu_uuid}} total"),
+                    (f"nv_gpu_memory_used_bytes{JOB}", "{{gpu_uuid}} used"),
+                    (f"nv_gpu_memory_total_bytes{JOB}", "{{gpu_uuid}} total"),
                 ],
                 "Per GPU, from NVML; empty on a server without a GPU.",
             )
@@ -309,8 +323,8 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
                 "PyTorch allocator",
                 "bytes",
                 [
-                    ("conch_gpu_memory_reserved_bytes", "{{gpu}} reserved"),
-                    ("conch_gpu_memory_allocated_bytes", "{{gpu}} allocated"),
+                    (f"conch_gpu_memory_reserved_bytes{JOB}", "{{gpu}} reserved"),
+                    (f"conch_gpu_memory_allocated_bytes{JOB}", "{{gpu}} allocated"),
                 ],
                 "Memory PyTorch's caching allocator holds and gives to tensors; the gap is fragmentation.",
             )
@@ -320,8 +334,8 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
                 "Allocator fragmentation and retries",
                 "short",
                 [
-                    ("conch_gpu_memory_fragmentation_ratio", "{{gpu}} fragmentation"),
-                    (f"rate(conch_gpu_allocation_retries_total{RATE})", "{{gpu}} retries/s"),
+                    (f"conch_gpu_memory_fragmentation_ratio{JOB}", "{{gpu}} fragmentation"),
+                    (f"rate(conch_gpu_allocation_retries_total{JOB}{RATE})", "{{gpu}} retries/s"),
                 ],
                 "Share of reserved memory not allocated, and allocations retried after freeing the cache.",
             )
