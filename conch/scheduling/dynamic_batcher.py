@@ -76,7 +76,7 @@ class DynamicBatcher:
         overlapping = self._outstanding > 0
         self._outstanding += 1
         try:
-            self._queue.add(request, self._clock(), future, overlapping)
+            self._queue.add(request, self._clock(), future, overlapping, self._outstanding)
             self._wake()
             return await future
         finally:
@@ -113,7 +113,7 @@ class DynamicBatcher:
             now = self._clock()
             for pending in self._queue.expire(now):
                 self._finish(pending, UnavailableError("the request timed out in the queue"))
-            batch, wake_at = self._queue.next_batch(now)
+            batch, wake_at = self._queue.next_batch(now, self._outstanding)
             if batch:
                 return batch
             await self._sleep(None if wake_at is None else max(wake_at - now, 0) / 1e9)

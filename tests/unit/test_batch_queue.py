@@ -492,3 +492,52 @@ def test_adaptive_queue_delay_must_be_a_boolean() -> None:
 
     with pytest.raises(InvalidArgumentError, match="adaptive_queue_delay"):
         settings(text)
+
+
+def closed_loop_rounds(queue: BatchQueue, clients: int, rounds: int, start_us: int = 0) -> list[bool]:
+    """``clients`` clients each waiting on its answer, ``rounds`` times: all of them send (20 us
+    apart), then the batcher looks. For each round: did the batch go before the delay?"""
+    answers = []
+    for number in range(rounds):
+        at = start_us + number * 2000
+        for index in range(clients):
+            queue.add(scheduled(), now=(at + 20 * index) * US, overlapping=index > 0, in_server=index + 1)
+        now = (at + 20 * clients) * US
+        batch, _ = queue.next_batch(now, in_server=clients)
+        answers.append(len(batch) == clients)
+        if not batch:
+            assert len(queue.next_batch((at + 600) * US, in_server=clients)[0]) == clients
+    return answers
+
+
+def test_a_batch_holding_every_client_goes_without_the_delay() -> None:
+    answers = closed_loop_rounds(BatchQueue(settings(ADAPTIVE)), clients=4, rounds=8)
+
+    assert answers[:4] == [False] * 4, "with no history the configured delay applies"
+    assert answers[4:] == [True] * 4
+
+
+def test_a_batch_waits_while_other_requests_are_still_in_the_server() -> None:
+    queue = BatchQueue(settings(ADAPTIVE))
+    closed_loop_rounds(queue, clients=4, rounds=8)
+    for index in range(3):  # the fourth client's request is still being answered elsewhere
+        queue.add(scheduled(), now=(50_000 + 20 * index) * US, overlapping=True, in_server=index + 2)
+
+    batch, wake_at = queue.next_batch(50_100 * US, in_server=4)
+
+    assert batch == [] and wake_at == 50_500 * US
+
+
+def test_a_batch_waits_when_more_clients_were_in_the_server_recently() -> None:
+    queue = BatchQueue(settings(ADAPTIVE))
+    closed_loop_rounds(queue, clients=5, rounds=8)
+
+    answers = closed_loop_rounds(queue, clients=4, rounds=1, start_us=50_000)
+
+    assert answers == [False], "the fifth client may be on its way"
+
+
+def test_without_the_adaptive_delay_every_batch_waits() -> None:
+    text = ADAPTIVE + ' parameters { key: "adaptive_queue_delay" value: { string_value: "false" } }'
+
+    assert not any(closed_loop_rounds(BatchQueue(settings(text)), clients=4, rounds=8))
