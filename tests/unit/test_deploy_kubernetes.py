@@ -246,3 +246,11 @@ def test_quantities() -> None:
     for bad in ("4Gb", "", "1.2.3", "-1Gi", "Gi"):
         with pytest.raises(QuantityError):
             parse_quantity(bad, "--memory")
+
+
+def test_every_setting_has_a_row_in_the_deploy_guide() -> None:
+    from conch.deploy.settings import KUBERNETES_SETTINGS
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    missing = [s.flag for s in KUBERNETES_SETTINGS if f"| `{s.flag}` |" not in guide]
+    assert not missing, f"docs/deploy.md's reference has no row for {missing}"
