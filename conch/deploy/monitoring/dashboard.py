@@ -192,11 +192,12 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
     )
 
 
-def _versions(builder: Dashboard) -> Dashboard:
-    readiness = (
+def _state_timeline(title: str, metric: str, description: str) -> statetimeline.Panel:
+    """A gauge's value per model version over time, as coloured bands (readiness, circuit state)."""
+    return (
         statetimeline.Panel()
-        .title("Model readiness")
-        .description("1: READY; 0: loading, unloading or unavailable.")
+        .title(title)
+        .description(description)
         .datasource(_DATASOURCE)
         .height(8)
         .span(12)
@@ -204,20 +205,18 @@ def _versions(builder: Dashboard) -> Dashboard:
         .merge_values(True)
         .fill_opacity(70)
         .line_width(0)
-        .with_target(_query(f"conch_model_ready{VERSION}", "{{model}} v{{version}}"))
+        .with_target(_query(f"{metric}{VERSION}", "{{model}} v{{version}}"))
     )
-    circuits = (
-        statetimeline.Panel()
-        .title("Circuit state")
-        .description("0 closed, 1 open, 2 half-open, per model version with a circuit breaker.")
-        .datasource(_DATASOURCE)
-        .height(8)
-        .span(12)
-        .show_value(VisibilityMode.AUTO)
-        .merge_values(True)
-        .fill_opacity(70)
-        .line_width(0)
-        .with_target(_query(f"conch_circuit_state{VERSION}", "{{model}} v{{version}}"))
+
+
+def _versions(builder: Dashboard) -> Dashboard:
+    readiness = _state_timeline(
+        "Model readiness", "conch_model_ready", "1: READY; 0: loading, unloading or unavailable."
+    )
+    circuits = _state_timeline(
+        "Circuit state",
+        "conch_circuit_state",
+        "0 closed, 1 open, 2 half-open, per model version with a circuit breaker.",
     )
     return (
         builder.with_row(Row("Versions, releases and resilience"))
