@@ -23,6 +23,7 @@ from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.pytorch_models import PyTorchModelBuilder
 from conch.observability.model_loads import MODEL_LOADS
 from conch.repository.model import ModelState
+from conch.validation.validator import validate_model
 from tests.fixtures.pytorch_models import CNN_INPUT, cnn_config, write_exported_mlp, write_torchscript_cnn
 
 
@@ -198,3 +199,9 @@ def test_a_torchscript_output_beyond_its_results_fails_the_warmup(tmp_path: Path
     assert version.state is ModelState.UNAVAILABLE
     assert "warm-up sample 'zeros' failed" in version.reason
     assert "returned 1 result(s), but output 'OUTPUT__1' is result 1" in version.reason
+
+
+def test_conch_validate_checks_a_pytorch_models_identity_and_versions_only(tmp_path: Path) -> None:
+    findings = validate_model(write_model(tmp_path, "cnn", ""))
+
+    assert [f for f in findings if f.is_error] == []
