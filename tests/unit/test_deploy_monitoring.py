@@ -56,7 +56,8 @@ def test_every_alert_has_a_severity_annotations_and_its_own_runbook_section() ->
         base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert base == "https://docs.example/runbooks.md"
         assert anchor in anchors, f"docs/runbooks.md has no section for {rule['alert']}"
-    assert anchors == {r["alert"].lower() for r in rules}, "one runbook section per alert, no more"
+    alert_sections = {anchor for anchor in anchors if anchor.startswith("conch")}
+    assert alert_sections == {r["alert"].lower() for r in rules}, "one runbook section per alert, no more"
 
 
 def test_the_golden_signals_use_the_guide_s_thresholds_and_flags_change_them() -> None:
