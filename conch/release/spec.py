@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, cast
@@ -76,6 +77,13 @@ class ReleaseSpec:
     on_failure: OnFailure = "rollback"
 
 
+#: What an error message shows of a value: a release.yaml's anchors and aliases can nest a list of 10
+#: items 9 deep in a few hundred bytes, whose full repr is gigabytes (found by
+#: tests/unit/test_fuzz_release.py); the start of it says what was wrong.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 60, 60
+_shown = _SHOWN.repr
+
 _TOP_KEYS = ("candidate", "baseline", "steps", "gate", "on_failure")
 _STEP_KEYS = ("weight", "duration", "shadow", "pause")
 # (lowest, highest) of each float limit, both included; None: no upper bound.
@@ -119,7 +127,9 @@ def spec_from_dict(data: object, source: str = "release.yaml") -> ReleaseSpec:
         )
     on_failure = top.get("on_failure", "rollback")
     if on_failure not in ("rollback", "pause"):
-        raise InvalidArgumentError(f"{source}: on_failure must be 'rollback' or 'pause', got {on_failure!r}")
+        raise InvalidArgumentError(
+            f"{source}: on_failure must be 'rollback' or 'pause', got {_shown(on_failure)}"
+        )
     gate = _gate(top.get("gate"), source)
     return ReleaseSpec(candidate, baseline, _steps(top["steps"], source), gate, cast(OnFailure, on_failure))
 
@@ -159,12 +169,13 @@ def parse_duration(value: object, field: str) -> float:
     match = _DURATION.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise InvalidArgumentError(
-            f"{field} must be a number with a unit s, m or h, such as '90s', '10m' or '1.5h'; got {value!r}"
+            f"{field} must be a number with a unit s, m or h, such as '90s', '10m' or '1.5h'; "
+            f"got {_shown(value)}"
         )
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not (math.isfinite(seconds) and seconds > 0):
         raise InvalidArgumentError(
-            f"{field} must be above 0, got {value!r}; leave it out for a step that ends at once"
+            f"{field} must be above 0, got {_shown(value)}; leave it out for a step that ends at once"
         )
     return seconds
 
@@ -182,7 +193,7 @@ def format_duration(seconds: float) -> str:
 
 def _steps(value: object, source: str) -> tuple[Step, ...]:
     if not isinstance(value, list) or not value:
-        raise InvalidArgumentError(f"{source}: steps must be a non-empty list of steps, got {value!r}")
+        raise InvalidArgumentError(f"{source}: steps must be a non-empty list of steps, got {_shown(value)}")
     steps: list[Step] = []
     last: tuple[int, int] | None = None  # (index, weight) of the last step with a weight
     for index, item in enumerate(value):
@@ -219,7 +230,9 @@ def _step(item: object, field: str) -> Step:
         )
     weight = entry["weight"]
     if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-        raise InvalidArgumentError(f"{field}.weight must be a whole percentage from 0 to 100, got {weight!r}")
+        raise InvalidArgumentError(
+            f"{field}.weight must be a whole percentage from 0 to 100, got {_shown(weight)}"
+        )
     duration = entry.get("duration")
     duration_s = None if duration is None else parse_duration(duration, f"{field}.duration")
     return Step(weight=weight, duration_s=duration_s, shadow=shadow)
@@ -233,10 +246,12 @@ def _gate(value: object, source: str) -> GateSpec:
     defaults = GateSpec()
     judge = entry.get("judge", defaults.judge)
     if judge not in ("local", "prometheus"):
-        raise InvalidArgumentError(f"{field}.judge must be 'local' or 'prometheus', got {judge!r}")
+        raise InvalidArgumentError(f"{field}.judge must be 'local' or 'prometheus', got {_shown(judge)}")
     url = entry.get("prometheus_url")
     if url is not None and not (isinstance(url, str) and re.fullmatch(r"https?://\S+", url)):
-        raise InvalidArgumentError(f"{field}.prometheus_url must be an http:// or https:// URL, got {url!r}")
+        raise InvalidArgumentError(
+            f"{field}.prometheus_url must be an http:// or https:// URL, got {_shown(url)}"
+        )
     if judge == "prometheus" and url is None:
         raise InvalidArgumentError(
             f"{field}.prometheus_url is required with judge: prometheus, for example http://prometheus:9090"
@@ -258,28 +273,31 @@ def _gate(value: object, source: str) -> GateSpec:
 def _mapping(value: object, field: str, known: tuple[str, ...]) -> dict[str, Any]:
     """``value`` as a mapping whose keys are all ``known``; an unknown key is most likely a typo."""
     if not isinstance(value, dict):
-        raise InvalidArgumentError(f"{field} must be a mapping of {', '.join(known)}; got {value!r}")
+        raise InvalidArgumentError(f"{field} must be a mapping of {', '.join(known)}; got {_shown(value)}")
     for key in value:
         if key not in known:
-            raise InvalidArgumentError(f"{field}: unknown key {str(key)!r}{did_you_mean(str(key), known)}")
+            name = key if isinstance(key, str) else _shown(key)
+            raise InvalidArgumentError(f"{field}: unknown key {_shown(name)}{did_you_mean(name, known)}")
     return value
 
 
 def _version(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{field} must be a version number (a whole number from 1), got {value!r}")
+        raise InvalidArgumentError(
+            f"{field} must be a version number (a whole number from 1), got {_shown(value)}"
+        )
     return value
 
 
 def _flag(value: object, field: str) -> bool:
     if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{field} must be true or false, got {value!r}")
+        raise InvalidArgumentError(f"{field} must be true or false, got {_shown(value)}")
     return value
 
 
 def _count(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{field} must be a whole number from 1, got {value!r}")
+        raise InvalidArgumentError(f"{field} must be a whole number from 1, got {_shown(value)}")
     return value
 
 
@@ -288,7 +306,7 @@ def _rate(value: object, field: str, name: str) -> float:
     number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
     if not (math.isfinite(number) and low <= number and (high is None or number <= high)):
         bounds = f"from {low:g} to {high:g}" if high is not None else f"from {low:g}"
-        raise InvalidArgumentError(f"{field} must be a number {bounds}, got {value!r}")
+        raise InvalidArgumentError(f"{field} must be a number {bounds}, got {_shown(value)}")
     return number
 
 
@@ -303,6 +321,6 @@ def _outputs(value: object, field: str) -> tuple[str, ...] | None:
     ):
         raise InvalidArgumentError(
             f"{field} must be a non-empty list of distinct output names (leave it out to compare all "
-            f"outputs), got {value!r}"
+            f"outputs), got {_shown(value)}"
         )
     return tuple(value)
