@@ -23,8 +23,6 @@ from pathlib import Path
 from conch.core.errors import ConchError
 from conch.deploy.manifests import Manifest, register
 from conch.deploy.settings import DeploySettings
-from conch.release.declarations import RELEASE_FILE
-from conch.release.spec import spec_from_yaml
 from conch.validation import Finding, Severity
 
 #: The pod template annotation whose change rolls the pods when a release file changes.
@@ -33,6 +31,11 @@ DIGEST_ANNOTATION = "conch.dev/releases-sha256"
 
 def release_files(models: list[Path]) -> tuple[dict[str, str], list[Finding]]:
     """Each model's ``release.yaml`` text, and a finding for each that the server would refuse."""
+    # Here, not at the top: the release package brings tritonclient, and ``conch`` builds its parsers
+    # (which import this module) before gRPC may load.
+    from conch.release.declarations import RELEASE_FILE
+    from conch.release.spec import spec_from_yaml
+
     texts: dict[str, str] = {}
     findings: list[Finding] = []
     for model in models:
