@@ -23,7 +23,6 @@ from typing import Any
 import yaml
 
 
-
 def _bare_package(name: str, parent: Path) -> Path:
     """Put package ``name`` (found in ``parent``) in sys.modules without running its ``__init__``."""
     folder = parent / name.rpartition(".")[2]
@@ -45,7 +44,12 @@ KINDS = {
     ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"): "V1alpha1ClusterServingRuntime",
     ("serving.kserve.io/v1beta1", "InferenceService"): "V1beta1InferenceService",
 }
-PRIMITIVES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
+PRIMITIVES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "float": (int, float),
+}
 
 
 class LoadError(ValueError):
