@@ -197,7 +197,9 @@ def _client_loop(
         shm.destroy_shared_memory_region(out_region)
 
 
-def report(setup: Setup, source: str, raw: Figure, served: Figure, skipped_gpu: bool) -> str:
+def report(
+    setup: Setup, source: str, raw: Figure, served: Figure, skipped_gpu: bool, load_before: str
+) -> str:
     ratio = served.images_per_s / raw.images_per_s
     where = torch.cuda.get_device_name(0) if setup.gpu else f"CPU ({os.cpu_count()} cores), fp32, contiguous"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -207,7 +209,7 @@ def report(setup: Setup, source: str, raw: Figure, served: Figure, skipped_gpu: 
         f"# ResNet-50 through conch against torch alone, {when}",
         "",
         f"- device: {where}; torch {torch.__version__}; Python {platform.python_version()}",
-        f"- conch commit: {_commit()}; load average at the end: {load}",
+        f"- conch commit: {_commit()}; load average at the start: {load_before}, at the end: {load}",
         f"- network: {source}; random weights; batch {setup.batch}; {setup.seconds:.0f} s per measurement",
         f"- conch: TorchScript `model.pt`, {setup.instances} {kind} instance(s)"
         + (", `precision: fp16`, `memory_format: channels_last`" if setup.gpu else "")
@@ -215,7 +217,7 @@ def report(setup: Setup, source: str, raw: Figure, served: Figure, skipped_gpu: 
         "",
         "| measurement | images/s | batches |",
         "| --- | --- | --- |",
-        "| raw limit: torch alone (H2D of float32, forward, logits back) "
+        f"| raw limit: torch alone ({'H2D of float32, forward, logits back' if setup.gpu else 'forward'}) "
         f"| {raw.images_per_s:,.1f} | {raw.batches} |",
         f"| conch over gRPC + system shared memory | {served.images_per_s:,.1f} | {served.batches} |",
         "",
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         clients=args.clients or (4 if gpu else 1),
         instances=args.instances or (3 if gpu else 1),
     )
+    load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     model, source = resnet50()
     with tempfile.TemporaryDirectory(prefix="conch-resnet50-") as work:
         repository = write_repository(model, Path(work) / "repo", setup)
@@ -266,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         if setup.gpu:
             torch.cuda.empty_cache()  # the server gets the GPU's memory back
         served = through_conch(repository, setup, Path(work))
-    text = report(setup, source, raw, served, skipped_gpu=not torch.cuda.is_available())
+    text = report(
+        setup, source, raw, served, skipped_gpu=not torch.cuda.is_available(), load_before=load_before
+    )
     print(text)
     if args.out:
         args.out.write_text(text)

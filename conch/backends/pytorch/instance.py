@@ -88,7 +88,7 @@ class PyTorchInstance:
                 ran = time.perf_counter_ns()
                 results = self._results(self._module(*arguments))
                 done = time.perf_counter_ns()
-                outputs = {name: self._to_host(name, results) for name in output_names}
+                on_host = {name: self._to_host(name, results) for name in output_names}
                 if self._stream is not None:
                     self._stream.synchronize()
         except torch.cuda.OutOfMemoryError as exc:
@@ -100,7 +100,8 @@ class PyTorchInstance:
         timing.compute_input_ns = ran - start
         timing.compute_infer_ns = done - ran
         timing.compute_output_ns = time.perf_counter_ns() - done
-        return {name: self._to_wire(name, array) for name, array in outputs.items()}
+        # Read only now: on a GPU the copies into ``on_host`` were complete at the synchronisation.
+        return {name: self._to_wire(name, np.ascontiguousarray(t.numpy())) for name, t in on_host.items()}
 
     def _on_stream(self) -> Any:
         if self._stream is None:
@@ -144,7 +145,8 @@ class PyTorchInstance:
             f"{self._label} returned {type(result).__name__}; conch takes a tensor or a tuple/list of tensors"
         )
 
-    def _to_host(self, name: str, results: Sequence[Any]) -> np.ndarray:
+    def _to_host(self, name: str, results: Sequence[Any]) -> Any:
+        """Output ``name`` as a host tensor in the config's datatype (on a GPU, its copy enqueued)."""
         position = self._binding.outputs[name]
         if position >= len(results):
             raise InternalError(
@@ -158,7 +160,7 @@ class PyTorchInstance:
             host = self._torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
             host.copy_(tensor, non_blocking=True)
             tensor = host
-        return np.ascontiguousarray(tensor.numpy())
+        return tensor
 
     def _to_wire(self, name: str, array: np.ndarray) -> np.ndarray:
         dims = self._binding.output_dims.get(name)
