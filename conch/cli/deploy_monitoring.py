@@ -51,8 +51,13 @@ def add_monitoring_target(targets: Any) -> None:
     )
     kinds = {each.name: each.type for each in fields(AlertThresholds)}
     for flag in THRESHOLD_FLAGS:
+        duration = kinds[flag.field] == "str"
         parser.add_argument(
-            flag.flag, dest=flag.field, type=str if kinds[flag.field] == "str" else float, help=flag.help
+            flag.flag,
+            dest=flag.field,
+            type=str if duration else float,
+            metavar="DURATION" if duration else flag.field.rsplit("_", 1)[-1].upper(),
+            help=flag.help,
         )
     parser.set_defaults(run=_run_monitoring)
 
