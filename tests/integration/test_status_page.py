@@ -46,6 +46,8 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 DOCS_IMAGE = ROOT / "docs" / "images" / "status-page.png"
 CONFIG = 'name: "scored"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
 RELEASE = {"candidate": 2, "baseline": 1, "steps": [{"weight": 25, "duration": "1h"}, {"weight": 100}]}
+#: A model folder whose name is markup: the page must show it as text, never run it.
+HOSTILE = "<img src=x onerror=alert(1)>"
 WAIT_MS = 30_000  # the page refreshes every 3 s; the machine may be loaded
 
 ISSUER, AUDIENCE = "https://issuer.test", "conch"
@@ -53,9 +55,9 @@ KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
 def repository(root: Path) -> Path:
-    write_repository(
-        root, {"scored": (scale_model(1.0), CONFIG), "doomed": (identity_model(TensorProto.FLOAT), None)}
-    )
+    identity = identity_model(TensorProto.FLOAT)
+    models = {"scored": (scale_model(1.0), CONFIG), "doomed": (identity, None), HOSTILE: (identity, None)}
+    write_repository(root, models)
     (root / "scored" / "2").mkdir()
     (root / "scored" / "2" / "model.onnx").write_bytes(scale_model(2.0).SerializeToString())
     return root
@@ -111,6 +113,10 @@ def busy_server(
 def open_page(browser: Browser, url: str, **context: Any) -> tuple[Page, list[str]]:
     """A fresh tab on ``url``, and the list of every URL it requests (filled as it loads)."""
     page = browser.new_context(**context).new_page()
+    # An alert() from injected markup would be recorded here before any dialog could show.
+    page.add_init_script(
+        "window.alert = (text) => { window.__dialogs = [...(window.__dialogs || []), text]; };"
+    )
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.goto(url)
@@ -148,6 +154,10 @@ def test_the_page_shows_models_traffic_release_and_events(
 
     expect(page.locator('#events li[data-event="model_unloaded"]')).to_contain_text("doomed")
     expect(page.locator('#events li[data-event="model_loaded"]').first).to_be_visible()
+    names = page.evaluate("[...document.querySelectorAll('#models tbody strong')].map(e => e.textContent)")
+    assert names == [HOSTILE, "doomed", "scored"]  # the markup shown as text
+    assert page.locator("img").count() == 0, "a model's name was read as markup"
+    assert page.evaluate("window.__dialogs") is None, "a model's name ran as script"
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
@@ -185,7 +195,7 @@ def test_the_page_and_its_data_are_served_as_intended(busy_server: ServerProcess
     assert b"scored" not in page.body  # the page holds no data
     data = busy_server.request("GET", "/ui/status.json")
     assert data.status == 200 and data.headers["cache-control"] == "no-store"
-    assert [model["name"] for model in data.json()["models"]] == ["doomed", "scored"]
+    assert [model["name"] for model in data.json()["models"]] == [HOSTILE, "doomed", "scored"]
     refused = busy_server.request("POST", "/ui/status.json")
     assert refused.status == 400 and "use GET" in refused.json()["error"]
     assert busy_server.request("GET", "/ui/nothing-here").status == 404
@@ -228,6 +238,8 @@ def test_with_auth_the_page_asks_for_a_token_then_shows_the_data(
     page, _ = open_page(browser, f"http://{auth_server.http_url}/ui")
     expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
     expect(page.locator('#models tr[data-model="scored"]')).to_have_count(0)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "status-page-login.png"))
 
     given = token("infer")
     page.fill("#token", given)
@@ -236,7 +248,6 @@ def test_with_auth_the_page_asks_for_a_token_then_shows_the_data(
     expect(page.locator("#login")).to_be_hidden()
     assert page.evaluate("sessionStorage.getItem('conch.status.token')") == given
     assert given not in page.content()  # the token is never written into the page
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "status-page-auth.png"), full_page=True)
 
     page.evaluate("sessionStorage.setItem('conch.status.token', 'not-a-token')")

@@ -169,6 +169,9 @@ function draw(status) {
 }
 
 function askForToken(reason) {
+  document.body.classList.add("locked"); // no empty tables under the prompt
+  byId("server").textContent = "token needed";
+  byId("updated").textContent = "";
   byId("login-reason").textContent = reason;
   byId("login").hidden = false;
   byId("token").focus();
@@ -202,6 +205,7 @@ async function refresh() {
       showProblem(`The server answered ${reply.status}: ${body.error || reply.statusText}`);
     } else {
       byId("login").hidden = true;
+      document.body.classList.remove("locked");
       showProblem("");
       draw(await reply.json());
     }
