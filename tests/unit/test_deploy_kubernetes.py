@@ -254,3 +254,37 @@ def test_every_setting_has_a_row_in_the_deploy_guide() -> None:
     guide = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
     missing = [s.flag for s in KUBERNETES_SETTINGS if f"| `{s.flag}` |" not in guide]
     assert not missing, f"docs/deploy.md's reference has no row for {missing}"
+
+
+def test_deep_readiness_and_the_pending_requests_autoscaler(tmp_path: Path) -> None:
+    flags = ["--readiness", "deep", "--autoscale-on", "pending-requests", "--target-pending-requests", "4"]
+    assert (
+        main(
+            [
+                "deploy",
+                "kubernetes",
+                str(EXAMPLES),
+                "-o",
+                str(tmp_path),
+                "--models",
+                "hostpath:/srv/models",
+                *flags,
+            ]
+        )
+        == 0
+    )
+    readiness = container(tmp_path)["readinessProbe"]
+    assert readiness["httpGet"]["path"] == "/v2/health/deep"
+    assert readiness["timeoutSeconds"] * 1000 > 1000  # above --health-probe-timeout-ms's default
+    hpa = read(tmp_path, "hpa.yaml")
+    assert hpa["spec"]["metrics"] == [
+        {"type": "Pods", "pods": {"metric": {"name": "nv_inference_pending_request_count"},
+                                  "target": {"type": "AverageValue", "averageValue": "4"}}}
+    ]  # fmt: skip
+    assert (
+        "type: Resource" in (tmp_path / "hpa.yaml").read_text().split("apiVersion: autoscaling/v2\nkind")[0]
+    )
+    volumes = read(tmp_path, "deployment.yaml")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "models", "hostPath": {"path": "/srv/models", "type": "Directory"}} in volumes
+    for name in ("deployment.yaml", "hpa.yaml"):
+        strictly_valid(read(tmp_path, name))
