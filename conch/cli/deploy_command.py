@@ -6,8 +6,9 @@ Targets, one parser each (``conch deploy TARGET --help``):
   ServiceMonitor and PrometheusRule for serving REPO (``conch/deploy/``);
 - ``argocd -o DIR``: an Argo CD Application that syncs those manifests from Git;
 - ``kserve -o DIR``: a KServe ServingRuntime running conch and an example InferenceService;
-- more targets add themselves to :data:`TARGETS` (``monitoring`` comes from ``conch/deploy/monitoring``'s
-  CLI, ``conch/cli/deploy_monitoring.py`` or a function here: register it in :data:`TARGETS`).
+- ``monitoring -o DIR``: the alerts and the Grafana dashboard (``conch/cli/deploy_monitoring.py``).
+
+A new target is a function that adds its parser, named in :data:`TARGETS`.
 
 Exit codes: 0 written (warnings allowed), 1 the repository does not validate, 2 a usage error (an
 unknown flag, a bad quantity, a bad ``deploy.yaml``). Nothing here imports gRPC when ``conch`` parses its
@@ -34,7 +35,8 @@ def add_parser(commands: Any) -> None:
         "deploy",
         help="write Kubernetes, Argo CD or KServe manifests for a model repository",
         description="Write plain manifests to commit to Git: conch deploy kubernetes REPO -o DIR, "
-        "conch deploy argocd -o DIR, conch deploy kserve -o DIR. Guide: conch docs deploy.",
+        "conch deploy argocd -o DIR, conch deploy kserve -o DIR, conch deploy monitoring -o DIR. "
+        "Guide: conch docs deploy.",
     )
     targets = deploy.add_subparsers(dest="target", required=True, metavar="TARGET")
     for add_target in TARGETS.values():
