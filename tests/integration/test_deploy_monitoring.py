@@ -1,7 +1,7 @@
 """The alerts and the dashboard of ``conch deploy monitoring`` against a running conch and a real
 Prometheus scraping it: every metric they select is in the server's exposition (the GPU families,
 which need a GPU, excepted by name), and every PromQL expression runs without error, with samples for
-each signal the traffic produces.
+each signal the traffic produces, and the alerts' conditions true exactly where the traffic makes them.
 
 One server serves what each family needs to exist: a model with traffic (latency, queue, failures,
 answer codes), a model behind a circuit breaker, one answering from its MODEL fallback because its
@@ -110,7 +110,7 @@ def _send_traffic(conch: ServerProcess) -> None:
             tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
         for _ in range(10):
             client.infer("paced", inputs)
-    for _ in range(3):
+    for _ in range(2):
         assert call(conch, "scored", GOOD).get_response()["parameters"]["fallback_level"] == "MODEL"
         call(conch, "flaky", GOOD)
 
@@ -119,6 +119,10 @@ def _send_traffic(conch: ServerProcess) -> None:
 def scraped(conch: ServerProcess, prometheus: Prometheus) -> set[str]:
     """Traffic sent while Prometheus scrapes; the sample names of the server's page afterwards, once
     Prometheus holds a few scrapes of the final counts."""
+    # The fallback counter's series appears with its first answer: a scrape of it before the others,
+    # so rate() sees them as an increase.
+    call(conch, "scored", GOOD)
+    prometheus.wait_for('sum(conch_fallback_total{model="scored"})', 1)
     _send_traffic(conch)
     prometheus.wait_for('sum(conch_fallback_total{model="scored"})', 3)
     prometheus.wait_for("count(count_over_time(conch_fallback_total[1m]) >= 3)", 1)
@@ -164,3 +168,29 @@ def test_every_panel_query_runs_with_samples(prometheus: Prometheus, scraped: se
         assert result, f"{title}: no samples for {interpolate(expr, '1m')}"
     for name, selector in variable_selectors(board):
         assert prometheus.query(interpolate(selector)), f"variable {name}: no series for {selector}"
+
+
+def _firing_now(prometheus: Prometheus, alert: str) -> dict[tuple[str, ...], float]:
+    """The series an alert's whole expression returns now (it fires once they last its ``for``)."""
+    expr = next(a.expr for a in alerts() if a.name == alert)
+    found = {}
+    for sample in prometheus.query(expr):
+        labels = sample["metric"]
+        assert isinstance(labels, dict) and isinstance(sample["value"], list)
+        key = tuple(str(labels.get(name, "")) for name in ("model", "version", "level", "reason"))
+        found[key] = float(sample["value"][1])
+    return found
+
+
+def test_the_conditions_hold_where_the_traffic_says_and_nowhere_else(
+    prometheus: Prometheus, scraped: set[str]
+) -> None:
+    """6 of paced's 70 requests were refused (over 5%); scored's version 2 never loaded and its
+    MODEL fallback answered; no circuit opened, no release rolled back, every target answers."""
+    failing = _firing_now(prometheus, "ConchFailureRateHigh")
+    assert set(failing) == {("paced", "1", "", "")}, failing
+    assert 0.05 < failing[("paced", "1", "", "")] < 0.15
+    assert ("scored", "2", "", "") in _firing_now(prometheus, "ConchModelNotReady")
+    assert set(_firing_now(prometheus, "ConchFallbackActive")) == {("scored", "1", "MODEL", "load_failed")}
+    for quiet in ("ConchCircuitOpen", "ConchReleaseRolledBack", "ConchTargetDown"):
+        assert _firing_now(prometheus, quiet) == {}, quiet
