@@ -33,9 +33,9 @@ from onnx import TensorProto
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from tests.fixtures.gateway_keys import AUTH_FLAGS, bearer, write_jwks
 from tests.fixtures.onnx_models import identity_model, string_model, write_repository
 from tests.integration.server_process import ServerProcess
-from tests.integration.test_gateway_auth import AUDIENCE, EC_KEY, ISSUER, RSA_KEY, _public_jwk, token
 
 BODY_LIMIT = 1 << 20
 
@@ -51,17 +51,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    keys = []
-    for key, kid, algorithm in ((RSA_KEY, "rsa-1", "RS256"), (EC_KEY, "ec-1", "ES256")):
-        keys.append({**_public_jwk(key), "kid": kid, "alg": algorithm, "use": "sig"})
-    jwks = repository.parent / "jwks.json"
-    jwks.write_text(json.dumps({"keys": keys}))
+    jwks = write_jwks(repository.parent / "jwks.json")
     return start_server(
         repository,
-        "--auth", "jwt",
+        *AUTH_FLAGS,
         "--jwt-jwks", str(jwks),
-        "--jwt-issuer", ISSUER,
-        "--jwt-audience", AUDIENCE,
         "--model-control-mode", "explicit",
         "--load-model", "*",
         "--http-max-body-bytes", str(BODY_LIMIT),
@@ -69,15 +63,15 @@ def server(start_server: Callable[..., ServerProcess], repository: Path) -> Serv
 
 
 def admin() -> dict[str, str]:
-    return {"Authorization": f"Bearer {token('infer admin')}"}
+    return bearer("infer admin")
 
 
 def infer_only() -> dict[str, str]:
-    return {"Authorization": f"Bearer {token('infer')}"}
+    return bearer("infer")
 
 
 def grpc_infer_only() -> dict[str, str]:
-    return {"authorization": f"Bearer {token('infer')}"}
+    return bearer("infer")
 
 
 MANAGEMENT_CALLS = [
@@ -128,7 +122,7 @@ def test_the_log_file_api_is_refused_and_writes_nothing(server: ServerProcess, t
         request = service_pb2.LogSettingsRequest()
         request.settings["log_file"].string_param = str(target)
         with pytest.raises(grpc.RpcError) as grpc_refused:
-            stub.LogSettings(request, metadata=[("authorization", admin()["Authorization"])])
+            stub.LogSettings(request, metadata=[("authorization", admin()["authorization"])])
     assert grpc_refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
     time.sleep(0.2)
     assert not target.exists()
@@ -210,7 +204,7 @@ def test_a_pickled_body_is_never_unpickled(server: ServerProcess, tmp_path: Path
 def test_a_chunked_flood_is_cut_off_at_the_body_limit_and_others_are_served(server: ServerProcess) -> None:
     head = (
         "POST /v2/models/iris/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-        f"Content-Type: application/json\r\nAuthorization: {admin()['Authorization']}\r\n\r\n"
+        f"Content-Type: application/json\r\nAuthorization: {admin()['authorization']}\r\n\r\n"
     ).encode()
     chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
     sent = {"bytes": 0, "stopped_by": ""}

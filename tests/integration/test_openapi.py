@@ -3,9 +3,10 @@
 Bounded for CI: a few examples per operation (``MAX_EXAMPLES``), so the whole module takes well under
 a minute. Non-destructive routes run against a server with the default control mode; load, unload,
 shared-memory registration and release changes against a second server in explicit mode over a
-throwaway repository. Every answer must be documented (status code, content type, headers, body
-schema) and none may be a 500: a model failing while running is the only documented 500, and these
-models never fail.
+throwaway repository; and every operation once more against a third server under ``--auth jwt``,
+called with an admin token, on its own throwaway repository. Every answer must be documented
+(status code, content type, headers, body schema) and none may be a 500: a model failing while
+running is the only documented 500, and these models never fail.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from schemathesis import checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from conch.frontends.http import openapi
+from tests.fixtures.gateway_keys import AUTH_FLAGS, bearer, write_jwks
 from tests.fixtures.onnx_models import add_sub_model, identity_model, write_repository
 from tests.integration.server_process import ServerProcess
 
@@ -60,6 +62,17 @@ def throwaway(
     return start_server(root, "--model-control-mode", "explicit", "--load-model", "*")
 
 
+@pytest.fixture(scope="module")
+def guarded(
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
+    root = models(tmp_path_factory.mktemp("guarded"))
+    jwks = write_jwks(root.parent / "jwks.json")
+    return start_server(
+        root, *AUTH_FLAGS, "--jwt-jwks", str(jwks), "--model-control-mode", "explicit", "--load-model", "*"
+    )
+
+
 def fetch(server: ServerProcess) -> tuple[str, bytes]:
     with urllib.request.urlopen(f"http://{server.http_url}/v2/openapi.yaml", timeout=10) as reply:
         return reply.headers["content-type"], reply.read()
@@ -76,6 +89,8 @@ def test_the_server_serves_its_openapi_document(live: ServerProcess) -> None:
 schema = schemathesis.openapi.from_dict(yaml.safe_load(openapi.document()))
 live_api = schema.exclude(path_regex=DESTRUCTIVE)
 throwaway_api = schema.include(path_regex=DESTRUCTIVE)
+#: Fewer examples under auth: the run covers every operation again, and the token is what it adds.
+AUTH_EXAMPLES = max(1, MAX_EXAMPLES // 2)
 bounded = settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
@@ -96,3 +111,14 @@ def test_destructive_routes_conform_on_a_throwaway_repository(
     case: schemathesis.Case, throwaway: ServerProcess
 ) -> None:
     case.call_and_validate(base_url=f"http://{throwaway.http_url}", checks=CHECKS)
+
+
+@schema.parametrize()
+@settings(bounded, max_examples=AUTH_EXAMPLES)
+def test_every_route_conforms_under_auth_with_an_admin_token(
+    case: schemathesis.Case, guarded: ServerProcess
+) -> None:
+    response = case.call_and_validate(
+        base_url=f"http://{guarded.http_url}", checks=CHECKS, headers=bearer("infer admin")
+    )
+    assert response.status_code != 401, f"the admin token was refused: {response.text}"
