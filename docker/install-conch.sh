@@ -9,6 +9,8 @@ prefix="$1"
 source="${2:-.}"
 python3 -m venv "$prefix"
 "$prefix/bin/pip" install --quiet "$source"
-# The image must start: the entry point resolves and the serving path imports.
+# The pins agree with each other, and the image would start: the entry point resolves and the serving
+# path imports.
+"$prefix/bin/pip" check
 "$prefix/bin/conch" --version
 "$prefix/bin/python" -c "import conch.serving, onnxruntime, grpc"
