@@ -90,15 +90,28 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(_document(optimized), indent=2, sort_keys=True))
     else:
         _print_report(optimized)
+    fp32, int8 = optimized.comparison.fp32, optimized.comparison.int8
+    if int8.size_bytes >= fp32.size_bytes:
+        print(
+            f"conch optimize: warning: the int8 version is not smaller ({_size(int8.size_bytes)} against "
+            f"{_size(fp32.size_bytes)}): in a model this small the quantization scales and the extra "
+            "nodes outweigh the weights saved; int8 pays off where weights dominate the file",
+            file=sys.stderr,
+        )
     if not optimized.written:
         failures = "; ".join(
             f"{check.name} {check.value:.4f} {_REFUSALS[check.name]} {check.limit:g}"
             for check in optimized.comparison.judgement.failures
             if check.value is not None
         )
+        advice = (
+            "Calibrate on rows closer to the traffic"
+            if optimized.method.value == "static"
+            else "Static quantization on real rows (--calibration) often agrees better than dynamic"
+        )
         print(
-            f"conch optimize: refused: {failures}. Nothing was written. Static quantization on real rows "
-            "(--calibration) often agrees better than dynamic; or keep serving the fp32 version.",
+            f"conch optimize: refused: {failures}. Nothing was written. {advice}; or keep serving the fp32 "
+            "version.",
             file=sys.stderr,
         )
         return 1
