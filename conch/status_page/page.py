@@ -77,6 +77,5 @@ class StatusPage:
     def _file(self, name: str) -> bytes:
         body = self._files.get(name)
         if body is None:
-            static = resources.files("conch.status_page").joinpath("static")
-            body = self._files[name] = static.joinpath(name).read_bytes()
+            body = self._files[name] = resources.files("conch.status_page").joinpath(name).read_bytes()
         return body
