@@ -5,7 +5,7 @@ each signal the traffic produces, and the alerts' conditions true exactly where 
 
 One server serves what each family needs to exist: a model with traffic (latency, queue, failures,
 answer codes), a model behind a circuit breaker, one answering from its MODEL fallback because its
-version 2 does not load (and so not READY), and one in a release.
+version 2 does not load (and so not READY), one in a release, and a PyTorch model (load phases).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.fixtures.monitoring_queries import (
     variable_selectors,
 )
 from tests.fixtures.onnx_models import add_sub_model, reshape_model, scale_model, write_repository
+from tests.fixtures.pytorch_models import cnn_config, write_torchscript_cnn
 from tests.integration.metrics_scrape import scrape
 from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
 from tests.integration.server_process import ServerProcess
@@ -69,6 +70,9 @@ def _repository(root: Path) -> Path:
     (root / "released" / "2").mkdir()
     (root / "released" / "2" / "model.onnx").write_bytes(scale_model(2.0).SerializeToString())
     (root / "released" / "release.yaml").write_text(RELEASE)
+    (root / "cnn").mkdir()
+    (root / "cnn" / "config.pbtxt").write_text(cnn_config("cnn"))
+    write_torchscript_cnn(root / "cnn" / "1")
     return root
 
 

@@ -295,9 +295,31 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
             )
         )
     )
+    phases = (
+        bargauge.Panel()
+        .title("Cold start by phase")
+        .description(
+            "Mean time of each load phase, for backends that report them (PyTorch): context is the "
+            "program read and placed on its devices, warmup the warm-up runs on every instance."
+        )
+        .datasource(_DATASOURCE)
+        .unit("s")
+        .orientation(VizOrientation.HORIZONTAL)
+        .display_mode(BarGaugeDisplayMode.GRADIENT)
+        .height(8)
+        .span(12)
+        .with_target(
+            _query(
+                f"sum by (model, phase) (conch_model_load_phase_duration_seconds_sum{MODEL})"
+                f" / sum by (model, phase) (conch_model_load_phase_duration_seconds_count{MODEL})",
+                "{{model}} {{phase}}",
+            )
+        )
+    )
     return (
         builder.with_row(Row("Cold start and GPU memory"))
         .with_panel(load_time)
+        .with_panel(phases)
         .with_panel(
             _timeseries(
                 "Model loads",
