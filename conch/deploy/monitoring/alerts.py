@@ -10,7 +10,9 @@ requests, as Triton's ``nv_inference_request_duration_us``), failures and traffi
 ``nv_inference_request_success`` / ``_failure`` counters, readiness, fallbacks, circuits and releases
 from conch's own families (``docs/metrics.md``), GPU memory from NVML's ``nv_gpu_*`` gauges and the
 PyTorch allocator's ``conch_gpu_memory_*`` gauges. Traffic is compared per model, across versions,
-because a release moves traffic between versions from one day to the next.
+because a release moves traffic between versions from one day to the next. Every selector carries
+the rules' label matchers (``--selector``, default ``job="conch"``): Triton exports the same ``nv_*``
+names, and its series must not raise conch's alerts.
 """
 
 from __future__ import annotations
