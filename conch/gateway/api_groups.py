@@ -67,14 +67,12 @@ _MODEL_ACTIONS = {
 
 def http_call(method: str, path: str) -> Call:
     """The call of an HTTP request (``path`` as ASGI gives it)."""
-    if path in _STATUS_PAGE_FILES:
-        return _OPEN_STATUS_PAGE
-    if path == "/ui/status.json":
-        return _STATUS_DATA
     parts = path.strip("/").split("/")
     route = parts[1:] if parts[0] == "v2" else None
-    if route is None:
-        return Call("", Access.INFER)
+    if route is None:  # the status page's paths are the only ones served outside /v2
+        if path in _STATUS_PAGE_FILES:
+            return _OPEN_STATUS_PAGE
+        return _STATUS_DATA if path == "/ui/status.json" else Call("", Access.INFER)
     if not route:
         return Call("metadata", Access.INFER)
     head = route[0]

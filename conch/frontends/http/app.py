@@ -137,10 +137,10 @@ class HttpFrontend:
 
     async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
         method = scope["method"]
-        if is_status_path(scope["path"]):
-            return await self.status_page.answer(method, scope["path"], scope.get(GRANT_KEY))
         parts = scope["path"].strip("/").split("/")
         if not parts or parts[0] != "v2":
+            if is_status_path(scope["path"]):  # checked off the /v2 path only: V2 calls pay nothing
+                return await self.status_page.answer(method, scope["path"], scope.get(GRANT_KEY))
             raise NotFoundError(f"no route for {scope['path']}")
         route = parts[1:]
         if not route:
