@@ -137,14 +137,15 @@ def _run_kubernetes(args: argparse.Namespace) -> int:
     from conch.deploy.repository_check import check_repository, gpu_warning
     from conch.deploy.settings import DeploySettingsError, read_deploy_file, resolve
     from conch.deploy.writer import write_manifests
-    from conch.validation import NotAModelOrRepositoryError
+    from conch.validation import NotAModelOrRepositoryError, model_folders
     from conch.validation.report import as_table
 
     try:
         file_values = read_deploy_file(args.config) if args.config else {}
-        with Steps(prefix="conch deploy: ") as steps:
+        models = len(model_folders(args.repository))
+        with Steps(models, prefix="conch deploy: ") as steps:
             steps.step(f"checking {args.repository}")
-            facts = check_repository(args.repository, steps.step)
+            facts = check_repository(args.repository, steps.step, steps.advance)
     except (DeploySettingsError, NotAModelOrRepositoryError) as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2

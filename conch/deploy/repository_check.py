@@ -44,8 +44,11 @@ class RepositoryFacts:
         return f"{SHM_PER_PYTHON_INSTANCE_MI * max(1, self.python_instances)}Mi"
 
 
-def check_repository(path: Path, progress: Callable[[str], None]) -> RepositoryFacts:
-    """Validate every model of ``path`` (raises ``NotAModelOrRepositoryError`` when it is neither)."""
+def check_repository(
+    path: Path, progress: Callable[[str], None], model_checked: Callable[[], None] | None = None
+) -> RepositoryFacts:
+    """Validate every model of ``path`` (raises ``NotAModelOrRepositoryError`` when it is neither);
+    ``progress`` hears each step, ``model_checked`` each model done."""
     facts = RepositoryFacts()
     folders = model_folders(path)
     facts.releases, facts.findings = release_files(folders)
@@ -53,14 +56,19 @@ def check_repository(path: Path, progress: Callable[[str], None]) -> RepositoryF
         facts.models.append(folder.name)
         facts.findings += validate_model(folder, progress)
         model, _ = read_model_folder(folder)
-        if model is None:
-            continue
-        groups = model.config.instance_group
-        if any(group.kind == mc.ModelInstanceGroup.KIND_GPU for group in groups):
-            facts.gpu_models.append(folder.name)
-        if model.config.backend == PYTHON_BACKEND:
-            facts.python_instances += sum(group.count for group in groups)
+        if model is not None:
+            _count_devices(facts, folder.name, model.config)
+        if model_checked is not None:
+            model_checked()
     return facts
+
+
+def _count_devices(facts: RepositoryFacts, name: str, config: mc.ModelConfig) -> None:
+    groups = config.instance_group
+    if any(group.kind == mc.ModelInstanceGroup.KIND_GPU for group in groups):
+        facts.gpu_models.append(name)
+    if config.backend == PYTHON_BACKEND:
+        facts.python_instances += sum(group.count for group in groups)
 
 
 def gpu_warning(facts: RepositoryFacts, gpus: int) -> str | None:
