@@ -8,6 +8,7 @@ on this GPU-less machine with and without the CPU fallback.
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -213,7 +214,8 @@ def test_without_torch_a_pytorch_model_is_unavailable_with_the_install_hint(
         "        return None\n"
         "sys.meta_path.insert(0, NoTorch())\n"
     )
-    served = start_server(repository, env={"PYTHONPATH": str(shim)})
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    served = start_server(repository, env={"PYTHONPATH": path})
 
     entry = index(served)["cnn"]
 
