@@ -17,8 +17,8 @@ of the client request that caused them; their time is in its ``compute_ms``.
 
 Why off by default (``--log-inferences``): Triton does not log each request either, and a record
 costs the request path a hash, a dict and a formatted line (about 20 us, docs/observability.md has
-the measured throughput cost). With it off and no audit sample, nothing here runs but the request id
-of an HTTP answer.
+the measured cost). With it off and no audit sample, nothing here runs: an HTTP answer only echoes
+the ``x-request-id`` the client sent (``frontends/http/request_log.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from contextvars import ContextVar
 from collections.abc import Collection
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +72,7 @@ class InferenceRecord:
     """One inference on its way through the server; its fields become the log record.
 
     ``logged``: a record is written when it ends; ``audited``: the full request and responses go to
-    the audit file. A record with neither only carries the request id of an HTTP answer.
+    the audit file (a record with neither is an inference the sample left out, with records off).
     """
 
     protocol: str

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,4 +61,24 @@ def test_the_hash_of_one_tensor_is_the_hash_of_a_request_of_it_alone() -> None:
         tensor_hash(tensor)
         == input_hash([tensor])
         == spec_hash(("INPUT1", "FP16", "2", np.array([0.5, 1.5], dtype="<f2").tobytes()))
+    )
+
+
+def test_the_snippet_in_the_docs_computes_the_servers_hash() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    section = guide.split("### The input hash", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(snippet.replace("print(", "_printed = ("), namespace)
+    texts = np.array([b"ab", b"", "h\u00e9llo".encode()], dtype=object).reshape(3, 1)
+    values = np.arange(6, dtype=">f8").reshape(2, 3)
+    flags = np.array([True, False])
+
+    documented = namespace["input_hash"]([("t", "BYTES", texts), ("v", "FP64", values), ("f", "BOOL", flags)])
+
+    assert documented == input_hash(
+        [Tensor("t", "BYTES", texts), Tensor("v", "FP64", values), Tensor("f", "BOOL", flags)]
+    )
+    assert namespace["_printed"] == input_hash(
+        [Tensor("INPUT0", "FP32", np.arange(16, dtype=np.float32).reshape(1, 16))]
     )

@@ -18,7 +18,7 @@ from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.request_log import InferenceExchange, is_inference
+from conch.frontends.http.request_log import is_inference, watched_send
 from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
@@ -82,7 +82,7 @@ class HttpFrontend:
         if scope["type"] != "http":
             return
         if is_inference(scope["path"]):  # the x-request-id echo and the inference's log record
-            send = InferenceExchange(self.inference_log, scope, send).send
+            send = watched_send(self.inference_log, scope, send)
         admitted: list[tuple[bytes, bytes]] = []
         receive = tracked = TrackedReceive(receive)
         if self.gateway is not None:

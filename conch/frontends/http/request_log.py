@@ -1,14 +1,15 @@
 """An HTTP inference's request id and log record, taken from its ASGI exchange.
 
-:class:`InferenceExchange` stands between the app and uvicorn's ``send`` for the inference routes
+:func:`watched_send` stands between the app and uvicorn's ``send`` for the inference routes
 (``infer``, ``generate``, ``generate_stream``): the answer's start gets the ``x-request-id`` header,
 its status ends the record (docs/observability.md). Why at the ASGI edge: every answer passes there,
 the gateway's refusals and a 404 before the body was read included, so no route has to remember to
 log, and a stream's record ends when its last event has gone.
 
-The echo is always on: it costs a look at the headers and one more header (about 1 us), and a
-client that names its requests gets its name back. The record itself is written only when
-``--log-inferences`` or the audit sample asks for one.
+With ``--log-inferences`` or the audit sample, every answer carries the record's ``request_id``.
+Without them, an answer echoes the ``x-request-id`` the client sent, and one without it is sent as
+it was: a record's object, its context and a generated id cost the default path 4 us a request
+(measured, against 150 us for a whole small HTTP inference); a look at the headers costs 0.5 us.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from conch.observability.inference_log import REQUEST_ID_HEADER, InferenceLog, begin
+from conch.observability.inference_log import REQUEST_ID_HEADER, InferenceLog, begin, usable_id
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -31,18 +32,36 @@ def is_inference(path: str) -> bool:
     return path.endswith(_ENDPOINTS) and path.startswith("/v2/models/") and path.count("/") >= 4
 
 
+def watched_send(journal: InferenceLog | None, scope: dict[str, Any], send: Send) -> Send:
+    """``send`` for an inference's answer: recording it in ``journal``, or only echoing the client's
+    request id; ``send`` itself when there is neither."""
+    header = _header(scope)
+    if journal is not None:
+        return InferenceExchange(journal, scope, send, header).send
+    if not usable_id(header):
+        return send
+    assert header is not None
+    echo = (_HEADER, header.encode())
+
+    async def echoing(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"].append(echo)
+        await send(message)
+
+    return echoing
+
+
 class InferenceExchange:
     """One HTTP inference: wraps ``send`` to echo the request id and end the record with the status."""
 
     __slots__ = ("_journal", "_record", "_send", "_status")
 
-    def __init__(self, journal: InferenceLog | None, scope: dict[str, Any], send: Send) -> None:
+    def __init__(self, journal: InferenceLog, scope: dict[str, Any], send: Send, header: str | None) -> None:
         self._send = send
         self._journal = journal
         path = scope["path"]
-        endpoint = path.rsplit("/", 1)[-1]
-        model, version = _model_of(path) if journal is not None else ("", "")
-        self._record = begin(journal, "HTTP", endpoint, model, version, _header(scope))
+        model, version = _model_of(path)
+        self._record = begin(journal, "HTTP", path.rsplit("/", 1)[-1], model, version, header)
         self._status = 0
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -53,8 +72,7 @@ class InferenceExchange:
         elif self._status >= 400 and record.error is None and (record.logged or record.audited):
             record.error = _error_of(message.get("body", b""))
         await self._send(message)
-        last = message["type"] == "http.response.body" and not message.get("more_body")
-        if last and self._journal is not None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
             self._journal.finish(record, self._status)
 
 
