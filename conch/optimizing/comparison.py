@@ -10,8 +10,8 @@ than the gate's ``max_drift_fraction`` drift beyond its ``drift_threshold``.
 
 **Speed** is the median wall time of one batch (the first ``batch_rows`` rows, the most the server
 batches for this model) over :data:`TIMED_RUNS` runs after :data:`WARM_RUNS`, with ONNX Runtime's
-sessions built as ``conch serve`` builds them (same threads and graph optimization), one version
-after the other on the same rows. **Size** is the version folder's model files on disk.
+sessions built as ``conch serve`` builds them (same threads and graph optimization), the two
+versions' runs taken in turns on the same rows. **Size** is the version folder's model files on disk.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def compare_versions(
     snapshot = figures.snapshot()
     limits = GateLimits(0, math.inf, math.inf, min_agreement, MAX_DRIFT_FRACTION)
     batch = {name: array[:batch_rows] for name, array in rows.items()} if batching else dict(rows)
+    fp32_ms, int8_ms = _median_ms((fp32, int8), batch)
     return Comparison(
         rows=count,
         batch_rows=batch_rows,
@@ -117,8 +118,8 @@ def compare_versions(
         drift_fraction=snapshot.drifted / snapshot.drift_scored if snapshot.drift_scored else None,
         min_agreement=min_agreement,
         judgement=judge(snapshot, limits),
-        fp32=VersionCost(_version(fp32_file), model_size(fp32_file.parent), _median_ms(fp32, batch)),
-        int8=VersionCost(_version(int8_file), model_size(int8_file.parent), _median_ms(int8, batch)),
+        fp32=VersionCost(_version(fp32_file), model_size(fp32_file.parent), fp32_ms),
+        int8=VersionCost(_version(int8_file), model_size(int8_file.parent), int8_ms),
     )
 
 
@@ -153,16 +154,24 @@ def _row(outputs: Mapping[str, np.ndarray], index: int | None) -> dict[str, np.n
     return {name: array[index : index + 1] for name, array in outputs.items()}
 
 
-def _median_ms(session: ort.InferenceSession, batch: Mapping[str, np.ndarray]) -> float:
+def _median_ms(
+    sessions: tuple[ort.InferenceSession, ort.InferenceSession], batch: Mapping[str, np.ndarray]
+) -> tuple[float, float]:
+    """Each session's median time for ``batch``, their runs taken in turns.
+
+    In turns, so that both see the same machine: on a shared machine a burst of other work during
+    one version's runs would otherwise be charged to that version alone.
+    """
     feeds = dict(batch)
-    for _ in range(WARM_RUNS):
+    for session in sessions * WARM_RUNS:
         session.run(None, feeds)
-    times = []
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(TIMED_RUNS):
-        started = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+        for session, taken in zip(sessions, times, strict=True):
+            started = time.perf_counter()
+            session.run(None, feeds)
+            taken.append(time.perf_counter() - started)
+    return statistics.median(times[0]) * 1000, statistics.median(times[1]) * 1000
 
 
 def _version(model_file: Path) -> int:
