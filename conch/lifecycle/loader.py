@@ -283,7 +283,7 @@ class ModelLoader:
         ]
         wanted_gpus = sum(p.gpu for p in placements)
         if wanted_gpus and not ort_backend.gpu_available():
-            self._on_cpu_instead(version, wanted_gpus, policy)
+            gpu_instances_on_cpu(version, wanted_gpus, policy, ONNX_WITHOUT_CUDA)
         version.breaker = self._breaker(version, config)
         instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
         run_warmup(list(instances), config, folder)
@@ -293,18 +293,6 @@ class ModelLoader:
         if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
             version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
         return ", ".join(map(str, placements))
-
-    @staticmethod
-    def _on_cpu_instead(version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None) -> None:
-        """KIND_GPU without CUDA: the CPU fallback when the strategy allows it, else a failed load."""
-        if policy is None or not policy.allows(FallbackLevel.CPU):
-            raise UnavailableError(
-                f"the config asks for {wanted_gpus} KIND_GPU instance(s) but this ONNX Runtime has no CUDA "
-                "provider: install onnxruntime-gpu on a machine with a GPU, use KIND_CPU, or add CPU to "
-                "FALLBACK_STRATEGY to run on the CPU instead"
-            )
-        version.statistics.gpu_fallback_instances = wanted_gpus
-        mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted_gpus)
 
     def _cpu_scheduler_factory(
         self, version: ModelVersion, model_file: Path, count: int
@@ -344,6 +332,30 @@ class ModelLoader:
             )
 
         return CircuitBreaker(settings, on_transition=report)
+
+
+#: Why an ONNX model's KIND_GPU instances cannot run on a GPU here, and the backend's own way out.
+ONNX_WITHOUT_CUDA = (
+    "this ONNX Runtime has no CUDA provider",
+    "install onnxruntime-gpu on a machine with a GPU",
+)
+
+
+def gpu_instances_on_cpu(
+    version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None, why: tuple[str, str]
+) -> None:
+    """KIND_GPU without CUDA: the CPU fallback when the strategy allows it, else a failed load.
+
+    ``why``: what the backend lacks and how to get it, for the reason of the failed load.
+    """
+    if policy is None or not policy.allows(FallbackLevel.CPU):
+        missing, remedy = why
+        raise UnavailableError(
+            f"the config asks for {wanted_gpus} KIND_GPU instance(s) but {missing}: {remedy}, use KIND_CPU, "
+            "or add CPU to FALLBACK_STRATEGY to run on the CPU instead"
+        )
+    version.statistics.gpu_fallback_instances = wanted_gpus
+    mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted_gpus)
 
 
 def _close_new(model: Model, previous: Model | None) -> None:

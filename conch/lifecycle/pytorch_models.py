@@ -31,17 +31,20 @@ from conch.backends.pytorch.instance import PyTorchInstance
 from conch.backends.pytorch.options import PyTorchOptions, options_from_config
 from conch.backends.pytorch.program import EXPORT_SUFFIX, Program, import_torch, load_program
 from conch.core.errors import NotFoundError, UnavailableError
-from conch.lifecycle.loader import LoadOptions
+from conch.lifecycle.loader import LoadOptions, gpu_instances_on_cpu
 from conch.observability.model_loads import record_load_phase
 from conch.repository.model import ModelVersion
 from conch.repository.warmup import run_warmup
-from conch.router.fallback import FallbackReason, mark_cpu_fallback, strategy_from_config
+from conch.router.fallback import FallbackPolicy, strategy_from_config
 from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+
+#: Why KIND_GPU instances cannot run on a GPU here, and the way out (the rest of the reason is the loader's).
+TORCH_WITHOUT_CUDA = ("PyTorch sees no CUDA device", "run a CUDA build of torch on a machine with a GPU")
 
 
 class PyTorchModelBuilder:
@@ -90,14 +93,7 @@ class PyTorchModelBuilder:
         if not wanted:
             return placements
         if not torch.cuda.is_available():
-            if FallbackLevel.CPU not in self._levels(config):
-                raise UnavailableError(
-                    f"the config asks for {wanted} KIND_GPU instance(s) but PyTorch sees no CUDA device: run "
-                    "a CUDA build of torch on a machine with a GPU, use KIND_CPU, or add CPU to "
-                    "FALLBACK_STRATEGY to run on the CPU instead"
-                )
-            version.statistics.gpu_fallback_instances = wanted
-            mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted)
+            gpu_instances_on_cpu(version, wanted, FallbackPolicy(self._levels(config)), TORCH_WITHOUT_CUDA)
             return [CPU] * len(placements)
         gpus = sorted({p.device_id for p in placements if p.gpu})
         check_devices(torch, gpus, config.name)
