@@ -186,9 +186,10 @@ def _print_written(version_dir: Path) -> None:
     written = [version_dir / name for name in sorted([*metadata.files, METADATA_FILENAME])]
     written += [model_dir / name for name in sorted(metadata.model_files)]
     title = f"exported '{metadata.name}' version {metadata.version} to {version_dir}"
+    # On a terminal the table names each file within the model folder, so paths never get cut.
     print_summary(
         [title, *(f"  {path}" for path in written)],
         ["file", "bytes"],
-        [(path, f"{path.stat().st_size:,}") for path in written],
+        [(path.relative_to(model_dir), f"{path.stat().st_size:,}") for path in written],
         title=title,
     )

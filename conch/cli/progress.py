@@ -156,9 +156,11 @@ def print_table(
         text = plain_table(columns, rows)
         print(f"{title}\n{text}" if title else text, file=console.file, flush=True)
         return
-    table = Table(title=escape(title) if title else None, title_justify="left", header_style="bold")
+    if title:  # above the table, not its caption: a caption wraps at the table's width
+        console.print(escape(title), style="bold", soft_wrap=True)
+    table = Table(header_style="bold")
     for column in columns:
-        table.add_column(escape(column))
+        table.add_column(escape(column), overflow="fold")  # a long path wraps, never cut short
     for row in rows:
         table.add_row(*(escape(str(cell)) for cell in row))
     console.print(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conch.cli.main import main
@@ -58,3 +59,22 @@ def test_package_and_validate_on_a_terminal(
     assert "1/1" in validated.err  # one model of one, done
     assert "\x1b" not in validated.out  # a clean model: no findings table, only its summary line
     assert validated.out.rstrip().endswith("1 model checked: 0 errors, 0 warnings, 0 infos: valid")
+
+
+def test_export_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    model_file = tmp_path / "add_sub.onnx"
+    model_file.write_bytes(add_sub_model().SerializeToString())
+    np.savez(tmp_path / "sample.npz", INPUT0=np.ones((2, 16)), INPUT1=np.zeros((2, 16)))
+    repository = tmp_path / "models"
+    argv = ["export", str(model_file), "--sample", str(tmp_path / "sample.npz")]
+
+    assert main([*argv, "--repository", str(repository), "--name", "add-sub"]) == 0
+
+    exported = capsys.readouterr()
+    assert "━" in exported.err and "conch export: running" not in exported.err  # a bar, no lines
+    assert "┃" in exported.out and "bytes" in exported.out  # the files as a table, with sizes
+    assert "1/model.onnx" in exported.out and "config.pbtxt" in exported.out
+    assert "exported 'add-sub' version 1" in exported.out
