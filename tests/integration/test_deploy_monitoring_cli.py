@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.fixtures.validation_models import image_model, model_folder
+from tests.integration.test_deploy_validators import node_validator, run_node  # noqa: F401 (a fixture)
 from tests.integration.test_validate_cli import TRANSPOSED
 
 
@@ -54,6 +55,21 @@ def test_the_files_carry_the_flags_thresholds_labels_and_runbook_links(tmp_path:
     if shutil.which("promtool"):
         checked = subprocess.run(["promtool", "check", "rules", str(out / "rules.yaml")], capture_output=True)
         assert checked.returncode == 0, checked.stdout
+
+
+def test_prometheus_operator_s_own_validator_accepts_the_rule(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """@kubernetes-models/prometheus-operator checks the object against the PrometheusRule CRD (the
+    validator test_deploy_validators.py installs and shows refusing a broken rule)."""
+    validator: Path = request.getfixturevalue("node_validator")
+    out = tmp_path / "monitoring"
+    assert deploy_monitoring("-o", out, "--namespace", "ml", "--rule-label", "release=prom").returncode == 0
+
+    checked = run_node(validator, out / "prometheusrule.yaml")
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "PASS" in checked.stdout and "PrometheusRule" in checked.stdout
 
 
 @pytest.mark.parametrize(
