@@ -3,9 +3,9 @@
 A manifest is a plain dict (one Kubernetes object) built from the :class:`DeploySettings`; a builder
 returns ``None`` when the settings ask for no such object. Each builder writes one file of the output
 folder. The core kinds register themselves here (``conch/deploy/kubernetes.py``, ``scaling.py``,
-``scraping.py``); the monitoring room (``conch/deploy/monitoring``) registers ``prometheusrule.yaml``
-by calling :func:`register` at import, so ``conch deploy kubernetes`` writes its golden-signal alerts
-without this package knowing their rules.
+``scraping.py``, ``releases.py``); the monitoring room (``conch/deploy/monitoring``) registers
+``prometheusrule.yaml`` by calling :func:`register` at import, so ``conch deploy kubernetes`` writes its
+golden-signal alerts without this package knowing their rules.
 
 Why a registry rather than a list in the writer: the alerts are the monitoring room's knowledge, and
 ``conch deploy monitoring`` writes the same PrometheusRule on its own; one builder serves both.
@@ -37,9 +37,7 @@ class ManifestFile:
 
 _FILES: dict[str, ManifestFile] = {}
 
-#: Modules whose import registers builders, in the order their files are listed in the summary.
-#: ``conch.deploy.monitoring`` registers ``prometheusrule.yaml`` when it exists; until then
-#: :func:`prometheus_rule_placeholder` holds its place.
+#: Modules whose import registers builders (``conch.deploy.monitoring`` registers ``prometheusrule.yaml``).
 BUILDER_MODULES = (
     "conch.deploy.kubernetes",
     "conch.deploy.releases",
@@ -56,18 +54,14 @@ def register(
     filename: str, build: ManifestBuilder, preamble: Callable[[DeploySettings], str] | None = None
 ) -> None:
     """Have ``conch deploy kubernetes`` write ``build(settings)`` to ``filename`` (a later call for the
-    same file replaces the earlier one, so the monitoring room's rule replaces the placeholder)."""
+    same file replaces the earlier one)."""
     _FILES[filename] = ManifestFile(filename, build, preamble)
 
 
 def manifest_files() -> list[ManifestFile]:
     """Every registered file, after importing the modules that register them."""
     for module in BUILDER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+        importlib.import_module(module)
     return list(_FILES.values())
 
 

@@ -1,15 +1,15 @@
-"""What Prometheus Operator needs to watch conch: the ServiceMonitor, and the place of the alerts.
+"""What Prometheus Operator needs to scrape conch: the ServiceMonitor.
 
-The ServiceMonitor scrapes the Service's ``metrics`` port (8002) every 15 s, Triton's and conch's
-families at ``/metrics``. The PrometheusRule belongs to the monitoring room (``conch/deploy/monitoring``),
-which knows the golden-signal alerts: it calls ``manifests.register(PROMETHEUS_RULE_FILE, builder)`` when
-imported, replacing :func:`placeholder_prometheus_rule` below, the one alert that needs no thresholds.
+It scrapes the Service's ``metrics`` port (8002) every 15 s, Triton's and conch's families at
+``/metrics``; its targets get the Service's name as their ``job``, which the alerts select on. The
+PrometheusRule is the monitoring room's (``conch/deploy/monitoring``), which registers
+``prometheusrule.yaml`` with ``manifests.register`` when imported.
 """
 
 from __future__ import annotations
 
 from conch.deploy.kubernetes import metadata
-from conch.deploy.manifests import PROMETHEUS_RULE_FILE, Manifest, register
+from conch.deploy.manifests import Manifest, register
 from conch.deploy.settings import DeploySettings
 
 SCRAPE_INTERVAL = "15s"
@@ -28,34 +28,4 @@ def service_monitor(settings: DeploySettings) -> Manifest:
     }
 
 
-def placeholder_prometheus_rule(settings: DeploySettings) -> Manifest:
-    """Until the monitoring room registers its rule: conch's scrape target is down."""
-    job = settings.name
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": metadata(settings),
-        "spec": {
-            "groups": [
-                {
-                    "name": "conch-availability",
-                    "rules": [
-                        {
-                            "alert": "ConchTargetDown",
-                            "expr": f'up{{job="{job}", namespace="{settings.namespace}"}} == 0',
-                            "for": "5m",
-                            "labels": {"severity": "critical"},
-                            "annotations": {
-                                "summary": "A conch pod's metrics cannot be scraped",
-                                "description": "{{ $labels.pod }} has not answered /metrics for 5 minutes.",
-                            },
-                        }
-                    ],
-                }
-            ]
-        },
-    }
-
-
 register("servicemonitor.yaml", service_monitor)
-register(PROMETHEUS_RULE_FILE, placeholder_prometheus_rule)
