@@ -28,7 +28,7 @@ from onnx import TensorProto
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tritonclient.utils import InferenceServerException
 
-from tests.fixtures.onnx_models import identity_model, scale_model, write_repository
+from tests.fixtures.onnx_models import identity_model, reshape_model, scale_model, write_repository
 from tests.integration.server_process import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"
@@ -47,6 +47,17 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 DOCS_IMAGE = ROOT / "docs" / "images" / "status-page.png"
 CONFIG = 'name: "scored"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
 RELEASE = {"candidate": 2, "baseline": 1, "steps": [{"weight": 25, "duration": "1h"}, {"weight": 100}]}
+#: A breaker that opens after 4 failed calls of 4, and stays open for the test's length.
+FLAKY = """name: "flaky"
+parameters { key: "circuit_breaker.minimum_calls" value { string_value: "4" } }
+parameters { key: "circuit_breaker.window_calls" value { string_value: "4" } }
+parameters { key: "circuit_breaker.open_seconds" value { string_value: "600" } }
+"""
+#: Asks the reshape model for [3, 3] of its 4 values: the model fails (a server error).
+FAILING_RESHAPE = (
+    b'{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[0,1,2,3]},'
+    b'{"name":"SHAPE","shape":[2],"datatype":"INT64","data":[3,3]}]}'
+)
 #: A model folder whose name is markup: the page must show it as text, never run it.
 HOSTILE = "<img src=x onerror=alert(1)>"
 WAIT_MS = 30_000  # the page refreshes every 3 s; the machine may be loaded
@@ -57,7 +68,12 @@ KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 def repository(root: Path) -> Path:
     identity = identity_model(TensorProto.FLOAT)
-    models = {"scored": (scale_model(1.0), CONFIG), "doomed": (identity, None), HOSTILE: (identity, None)}
+    models = {
+        "scored": (scale_model(1.0), CONFIG),
+        "doomed": (identity, None),
+        "flaky": (reshape_model(), FLAKY),
+        HOSTILE: (identity, None),
+    }
     write_repository(root, models)
     (root / "scored" / "2").mkdir()
     (root / "scored" / "2" / "model.onnx").write_bytes(scale_model(2.0).SerializeToString())
@@ -90,7 +106,8 @@ def browser() -> Iterator[Browser]:
 def busy_server(
     start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
-    """A server with answered and refused requests, a release at its first step and one unload."""
+    """A server with answered and refused requests, a release at its first step, an open circuit and
+    one unload."""
     root = tmp_path_factory.mktemp("status")
     server = start_server(
         repository(root / "models"),
@@ -106,6 +123,8 @@ def busy_server(
     for _ in range(6):  # a wrong width: 400, counted as a failed request
         with pytest.raises(InferenceServerException):
             infer(server, width=3)
+    failed = [server.request("POST", "/v2/models/flaky/infer", FAILING_RESHAPE).status for _ in range(4)]
+    assert failed == [500] * 4  # the breaker opens on the fourth
     unloaded = server.request("POST", "/v2/repository/models/doomed/unload")
     assert unloaded.status == 200, unloaded.body
     return server
@@ -147,6 +166,12 @@ def test_the_page_shows_models_traffic_release_and_events(
     expect(doomed.locator('td[data-label="Versions"]')).to_contain_text("UNAVAILABLE")
     expect(doomed.locator('td[data-label="Versions"] .reason')).to_have_text("unloaded")
 
+    flaky = page.locator('#models tr[data-model="flaky"]')
+    expect(flaky.locator('td[data-label="Circuit"]')).to_have_text("v1 open")
+    expect(flaky.locator('td[data-label="Errors"]')).to_contain_text("100.0% (4)")
+    transition = page.locator('#events li[data-event="circuit_breaker_transition"]')
+    expect(transition.first).to_contain_text("flaky")
+
     release = page.locator('#releases article[data-model="scored"]')
     expect(release).to_contain_text("progressing")
     expect(release.locator(".weights")).to_contain_text("v1 75%")
@@ -156,7 +181,7 @@ def test_the_page_shows_models_traffic_release_and_events(
     expect(page.locator('#events li[data-event="model_unloaded"]')).to_contain_text("doomed")
     expect(page.locator('#events li[data-event="model_loaded"]').first).to_be_visible()
     names = page.evaluate("[...document.querySelectorAll('#models tbody strong')].map(e => e.textContent)")
-    assert names == [HOSTILE, "doomed", "scored"]  # the markup shown as text
+    assert names == [HOSTILE, "doomed", "flaky", "scored"]  # the markup shown as text
     assert page.locator("img").count() == 0, "a model's name was read as markup"
     assert page.evaluate("window.__dialogs") is None, "a model's name ran as script"
 
@@ -196,7 +221,7 @@ def test_the_page_and_its_data_are_served_as_intended(busy_server: ServerProcess
     assert b"scored" not in page.body  # the page holds no data
     data = busy_server.request("GET", "/ui/status.json")
     assert data.status == 200 and data.headers["cache-control"] == "no-store"
-    assert [model["name"] for model in data.json()["models"]] == [HOSTILE, "doomed", "scored"]
+    assert [model["name"] for model in data.json()["models"]] == [HOSTILE, "doomed", "flaky", "scored"]
     refused = busy_server.request("POST", "/ui/status.json")
     assert refused.status == 400 and "use GET" in refused.json()["error"]
     assert busy_server.request("GET", "/ui/nothing-here").status == 404
