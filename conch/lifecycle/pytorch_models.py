@@ -79,7 +79,7 @@ class PyTorchModelBuilder:
         name = f"{folder.name}-{version.version}"
         version.scheduler = create_scheduler(config, InstancePool(list(instances), name), version.statistics)
         if gpu_instances and FallbackLevel.CPU in self._levels(config):
-            version.cpu_fallback = _cpu_build(torch, model_file, version, settings, len(instances), label)
+            version.cpu_fallback = cpu_build(torch, model_file, version, settings, len(instances), label)
 
     def _levels(self, config: mc.ModelConfig) -> tuple[FallbackLevel, ...]:
         return strategy_from_config(config, self.options.fallback_levels)
@@ -157,7 +157,7 @@ def _prepared(torch: ModuleType, module: Any, device: str, settings: PyTorchOpti
     return module
 
 
-def _cpu_build(
+def cpu_build(
     torch: ModuleType,
     model_file: Path,
     version: ModelVersion,

@@ -4,6 +4,7 @@ KIND_GPU rule and load phases through a real :class:`ModelLoader`."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +19,17 @@ from conch.backends.pytorch.instance import PyTorchInstance
 from conch.backends.pytorch.options import PyTorchOptions
 from conch.backends.pytorch.program import load_program
 from conch.core.errors import InternalError, InvalidArgumentError
-from conch.core.types import ExecutionTiming
+from conch.core.types import ExecutionTiming, InferenceRequest, Tensor
 from conch.lifecycle.loader import LoadOptions, ModelLoader
-from conch.lifecycle.pytorch_models import PyTorchModelBuilder
+from conch.lifecycle.pytorch_models import PyTorchModelBuilder, cpu_build
 from conch.observability.model_loads import MODEL_LOADS
-from conch.repository.model import ModelState
+from conch.repository.model import Model, ModelState, ModelVersion
+from conch.repository.model_repository import ModelRepository
+from conch.router.fallback import FallbackPolicy
+from conch.router.strategy import FallbackLevel
+from conch.scheduling import create_scheduler
+from conch.scheduling.instance_pool import InstancePool
+from conch.server import InferenceServer
 from conch.validation.validator import validate_model
 from tests.fixtures.pytorch_models import CNN_INPUT, cnn_config, write_exported_mlp, write_torchscript_cnn
 
@@ -205,3 +212,41 @@ def test_conch_validate_checks_a_pytorch_models_identity_and_versions_only(tmp_p
     findings = validate_model(write_model(tmp_path, "cnn", ""))
 
     assert [f for f in findings if f.is_error] == []
+
+
+class OutOfMemoryOnGpu:
+    """A GPU instance over its memory cap: every run fails as PyTorchInstance reports CUDA's OOM."""
+
+    def run(
+        self, inputs: dict[str, np.ndarray], names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        raise InternalError(
+            "model 'cnn' version 1 ran out of GPU memory on cuda:0: CUDA out of memory. Tried to allocate"
+        )
+
+
+def test_a_gpu_out_of_memory_moves_the_version_to_itscpu_build(tmp_path: Path) -> None:
+    eager = write_torchscript_cnn(tmp_path / "cnn" / "1")
+    config = parsed(cnn_config("cnn"))
+    version = ModelVersion("cnn", 1, config)
+    version.state = ModelState.READY
+    version.scheduler = create_scheduler(
+        config, InstancePool([OutOfMemoryOnGpu()], "cnn-1"), version.statistics
+    )
+    settings = PyTorchOptions(half=True, channels_last=True)
+    version.cpu_fallback = cpu_build(torch, tmp_path / "cnn" / "1" / "model.pt", version, settings, 2, "cnn")
+    repository = ModelRepository(tmp_path)
+    repository.models["cnn"] = Model(
+        "cnn", versions={1: version}, fallback=FallbackPolicy((FallbackLevel.CPU,))
+    )
+    server = InferenceServer(repository)
+    server.started = True
+    batch = np.random.default_rng(2).standard_normal((2, *CNN_INPUT), dtype=np.float32)
+
+    answer = asyncio.run(server.infer(InferenceRequest("cnn", inputs=[Tensor("INPUT__0", "FP32", batch)])))
+
+    with torch.inference_mode():
+        expected = eager(torch.from_numpy(batch)).numpy()
+    np.testing.assert_allclose(answer.outputs[0].data, expected, rtol=1e-5, atol=1e-6)  # fp32 on the CPU
+    assert answer.parameters == {"fallback_level": "CPU", "fallback_reason": "device_error"}
+    version.close()
