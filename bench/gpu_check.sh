@@ -8,6 +8,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+# The checkout itself is importable, so an interpreter with the dependencies but no install of conch works.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+missing=$("$PYTHON" - <<'PY'
+import importlib.util
+needed = ["torch", "numpy", "tritonclient.grpc", "tritonclient.http", "grpc", "uvicorn", "onnxruntime",
+          "prometheus_client", "pytest"]
+print(" ".join(m for m in needed if importlib.util.find_spec(m.split(".")[0]) is None))
+PY
+)
+if [ -n "$missing" ]; then
+  echo "$PYTHON lacks: $missing (pip install -e '.[test,torch]' with a CUDA build of torch)"
+  exit 4
+fi
 if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "no CUDA device visible to torch ($("$PYTHON" -c 'import torch; print(torch.__version__)' 2>&1)):"
   echo "install a CUDA build of torch==2.13.0 on a machine with a GPU, then run this again"
