@@ -20,8 +20,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from conch.exporting import export
+from conch.optimizing.optimizer import optimize_int8
 from conch.repository.config import parse_config
 from conch.validation.inputs import runtime_inputs
 from tests.fixtures.notebook_models import digits, digits_mlp, images, small_cnn
@@ -195,10 +197,11 @@ def served(
     repository = tmp_path_factory.mktemp("twins")
     model_dir = repository / "digits"
     shutil.copytree(exported / "models" / "digits", model_dir)
-    done = conch_optimize(model_dir, "--int8", "--calibration", exported / "digits_rows.npy")
-    assert done.returncode == 0, done.stderr
+    # The command itself is tested above; here it only prepares the repository.
+    assert optimize_int8(model_dir, calibration=exported / "digits_rows.npy").written
     with_preference(model_dir, "digits-fp32", "never")
     with_preference(model_dir, "digits-both", "always", all_versions=True)
+    with_preference(model_dir, "digits-unsure", "sometimes")
     return start_server(repository)
 
 
@@ -240,6 +243,15 @@ def test_prefer_never_serves_the_fp32_version_in_the_twins_slot(served: ServerPr
     assert answer.get_response()["model_version"] == "1"
     with httpclient.InferenceServerClient(served.http_url) as client:
         assert ready_versions(client)["digits-fp32"] == ["1"]
+    with pytest.raises(InferenceServerException, match="version 2 is not found; its served versions are 1"):
+        infer(served.http_url, "digits-fp32", digits(slice(1700, 1702))[0], version="2")
+
+
+def test_an_unknown_preference_leaves_the_model_unavailable_saying_why(served: ServerProcess) -> None:
+    with httpclient.InferenceServerClient(served.http_url) as client:
+        entry = next(m for m in client.get_model_repository_index() if m["name"] == "digits-unsure")
+    assert entry["state"] == "UNAVAILABLE"
+    assert "'prefer_quantized' must be one of always, never, no_gpu, got 'sometimes'" in entry["reason"]
 
 
 def test_with_both_loaded_the_preference_picks_the_answering_version(served: ServerProcess) -> None:
