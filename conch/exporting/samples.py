@@ -51,9 +51,7 @@ def read_sample_file(path: Path) -> np.ndarray | dict[str, np.ndarray]:
     if not path.is_file():
         raise SampleFileError(f"sample file '{path}' does not exist", usage=True)
     if path.suffix.lower() not in SAMPLE_SUFFIXES:
-        raise SampleFileError(
-            f"sample '{path}' must be .npy (one array) or .npz (named arrays)", usage=True
-        )
+        raise SampleFileError(f"sample '{path}' must be .npy (one array) or .npz (named arrays)", usage=True)
     try:
         if path.suffix.lower() == ".npy":
             return np.load(path, allow_pickle=False)
