@@ -47,11 +47,15 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 DOCS_IMAGE = ROOT / "docs" / "images" / "status-page.png"
 CONFIG = 'name: "scored"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
 RELEASE = {"candidate": 2, "baseline": 1, "steps": [{"weight": 25, "duration": "1h"}, {"weight": 100}]}
-#: A breaker that opens after 4 failed calls of 4, and stays open for the test's length.
+#: A breaker that opens after 4 failed calls of 4 and stays open for the test's length, and a business
+#: default that answers while it is open.
 FLAKY = """name: "flaky"
 parameters { key: "circuit_breaker.minimum_calls" value { string_value: "4" } }
 parameters { key: "circuit_breaker.window_calls" value { string_value: "4" } }
 parameters { key: "circuit_breaker.open_seconds" value { string_value: "600" } }
+parameters { key: "FALLBACK_STRATEGY" value { string_value: "BUSINESS" } }
+parameters { key: "FALLBACK_BUSINESS_DEFAULT" value { string_value: "{\\"Y\\": [[0, 0], [0, 0]]}" } }
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2, 2 ] } ]
 """
 #: Asks the reshape model for [3, 3] of its 4 values: the model fails (a server error).
 FAILING_RESHAPE = (
@@ -125,6 +129,8 @@ def busy_server(
             infer(server, width=3)
     failed = [server.request("POST", "/v2/models/flaky/infer", FAILING_RESHAPE).status for _ in range(4)]
     assert failed == [500] * 4  # the breaker opens on the fourth
+    answered = server.request("POST", "/v2/models/flaky/infer", FAILING_RESHAPE)
+    assert (answered.status, answered.headers.get("conch-fallback")) == (200, "BUSINESS")
     unloaded = server.request("POST", "/v2/repository/models/doomed/unload")
     assert unloaded.status == 200, unloaded.body
     return server
@@ -168,7 +174,8 @@ def test_the_page_shows_models_traffic_release_and_events(
 
     flaky = page.locator('#models tr[data-model="flaky"]')
     expect(flaky.locator('td[data-label="Circuit"]')).to_have_text("v1 open")
-    expect(flaky.locator('td[data-label="Errors"]')).to_contain_text("100.0% (4)")
+    expect(flaky.locator('td[data-label="Errors"]')).to_contain_text("100.0% (4)")  # fallback aside
+    expect(flaky.locator('td[data-label="Fallback"]')).to_have_text("BUSINESS (circuit_open): 1")
     transition = page.locator('#events li[data-event="circuit_breaker_transition"]')
     expect(transition.first).to_contain_text("flaky")
 
