@@ -4,7 +4,9 @@ The statistics are totals since each version loaded; a person looking at a serve
 happening now. Rather than count requests a second time, this keeps snapshots of the counters the
 request path already bumps (answers, failures, the latency histogram's buckets) taken every few
 seconds, and compares the newest figures with the oldest snapshot still in the window. Serving a
-request costs nothing more; a snapshot copies about twenty integers per model version.
+request costs nothing more. A snapshot copies about twenty integers per model version: 53 us for 20
+versions (measured on the 2-core CI machine, busy), once every 5 s; the page's figures for 20 models
+take 0.3 ms per refresh.
 
 The percentiles come from the histogram's buckets (``LATENCY_BUCKETS_S``), interpolated inside a
 bucket as Prometheus's ``histogram_quantile`` does, so they agree with what a dashboard shows from
