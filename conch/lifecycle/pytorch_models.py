@@ -63,7 +63,7 @@ class PyTorchModelBuilder:
         model_file = _model_file(folder / str(version.version), config, fields)
         program = load_program(torch, model_file)
         complete_config(config, program, fields, self.options.default_max_batch_size)
-        placements = self._placements(torch, version, config)
+        placements = self._placements(torch, version, config, settings)
         if version.fallback_marker[0] is FallbackLevel.CPU:  # CPU stand-ins for GPUs run in fp32
             settings = replace(settings, half=False)
         label = f"model '{config.name}' version {version.version}"
@@ -85,7 +85,7 @@ class PyTorchModelBuilder:
         return strategy_from_config(config, self.options.fallback_levels)
 
     def _placements(
-        self, torch: ModuleType, version: ModelVersion, config: mc.ModelConfig
+        self, torch: ModuleType, version: ModelVersion, config: mc.ModelConfig, settings: PyTorchOptions
     ) -> list[Placement]:
         """The config's placements, or CPU ones when CUDA is absent and the strategy allows it."""
         placements = instance_placements(config)
@@ -97,7 +97,7 @@ class PyTorchModelBuilder:
             return [CPU] * len(placements)
         gpus = sorted({p.device_id for p in placements if p.gpu})
         check_devices(torch, gpus, config.name)
-        prepare_gpus(torch, gpus, options_from_config(config).memory_cap, config.name)
+        prepare_gpus(torch, gpus, settings.memory_cap, config.name)
         return placements
 
 

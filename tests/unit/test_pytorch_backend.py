@@ -88,8 +88,20 @@ def test_a_file_that_is_not_a_program_is_a_load_error_without_its_path(tmp_path:
     with pytest.raises(InvalidArgumentError) as raised:
         load_program(torch, tmp_path / "model.pt")
 
-    assert raised.value.message.startswith("model.pt is not a loadable TorchScript module")
+    assert raised.value.message.startswith("model.pt is not a loadable TorchScript module (write it with")
     assert str(tmp_path) not in raised.value.message
+
+
+def test_a_torchscript_file_named_pt2_is_a_load_error_saying_how_each_is_written(tmp_path: Path) -> None:
+    write_torchscript_cnn(tmp_path, filename="model.pt2")
+
+    with pytest.raises(InvalidArgumentError) as raised:
+        load_program(torch, tmp_path / "model.pt2")
+
+    assert raised.value.message.startswith(
+        "model.pt2 is not a loadable torch.export program (write it with torch.export.save; "
+        "TorchScript files are model.pt)"
+    )
 
 
 def cnn_instance(tmp_path: Path, options: PyTorchOptions) -> tuple[PyTorchInstance, torch.nn.Module]:

@@ -26,6 +26,11 @@ INSTALL_HINT = "pip install 'conch[torch]'"
 #: The suffix of ``torch.export`` programs; any other file is read as TorchScript, as Triton does.
 EXPORT_SUFFIX = ".pt2"
 
+#: How each kind of file is written, for the message of a file that does not load.
+_WRITERS = {
+    True: "write it with torch.export.save; TorchScript files are model.pt",
+    False: "write it with torch.jit.script(m).save or torch.jit.trace(m, x).save; .pt2 is for torch.export",
+}
 _V2_TYPES = {
     "bool": "BOOL",
     "uint8": "UINT8",
@@ -70,11 +75,13 @@ def load_program(torch: ModuleType, model_file: Path) -> Program:
         with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript, which Triton repositories hold
             warnings.simplefilter("ignore", DeprecationWarning)
             module = torch.jit.load(str(model_file), map_location="cpu")
-    except (RuntimeError, ValueError, OSError, KeyError, EOFError) as exc:
+    except Exception as exc:  # the file is the user's: whatever fails to read it is a load error
         kind = "torch.export program" if exported else "TorchScript module"
+        hint = _WRITERS[exported]
         reason = str(exc).replace(str(model_file.parent), "").strip().splitlines()
         raise InvalidArgumentError(
-            f"{model_file.name} is not a loadable {kind}: {reason[0] if reason else type(exc).__name__}"
+            f"{model_file.name} is not a loadable {kind} ({hint}): "
+            f"{reason[0] if reason else type(exc).__name__}"
         ) from None
     module.eval()
     arguments = tuple(a.name for a in module.forward.schema.arguments[1:] if not a.has_default_value())
