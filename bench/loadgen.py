@@ -62,10 +62,19 @@ def infer_body(model: str, seed: int = 0) -> bytes:
     return json.dumps(request).encode()
 
 
-def run_wrk(url: str, body_path: Path, concurrency: int, seconds: float, workdir: Path) -> LoadResult:
-    """``wrk -t1 -cC -dNs --latency -s post.lua URL``, POSTing the file at ``body_path``."""
+def run_wrk(
+    url: str,
+    body_path: Path,
+    concurrency: int,
+    seconds: float,
+    workdir: Path,
+    headers: dict[str, str] | None = None,
+) -> LoadResult:
+    """``wrk -t1 -cC -dNs --latency -s post.lua URL``, POSTing the file at ``body_path`` with
+    ``headers`` besides its content type (an ``Authorization`` token, say)."""
     script = workdir / "post.lua"
-    script.write_text(_WRK_SCRIPT.format(body=body_path))
+    extra = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
+    script.write_text(_WRK_SCRIPT.format(body=body_path) + extra)
     command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
     command += ["--latency", "-s", str(script), url]
     try:
