@@ -129,17 +129,17 @@ def _instances(
     modules: dict[Placement, Any] = {}
     instances = []
     for placement in placements:
-        if placement not in modules:
-            # The CPU copy read for the signature serves the CPU; each GPU gets its own read.
-            source = program if not placement.gpu else load_program(torch, model_file)
-            try:
+        # The CPU copy read for the signature serves the CPU; each GPU gets its own read.
+        source = program if not placement.gpu or placement in modules else load_program(torch, model_file)
+        try:
+            if placement not in modules:
                 modules[placement] = _prepared(torch, source.module, _device(placement), settings)
-            except RuntimeError as exc:  # CUDA out of memory (under a cap), a device that failed
-                reason = str(exc).strip().split("\n")[0][:300]
-                raise UnavailableError(f"{label} could not be placed on {placement}: {reason}") from None
-        instances.append(
-            PyTorchInstance(torch, modules[placement], binding, _device(placement), settings, label)
-        )
+            instances.append(
+                PyTorchInstance(torch, modules[placement], binding, _device(placement), settings, label)
+            )
+        except RuntimeError as exc:  # CUDA out of memory (under a cap), a device that failed
+            reason = str(exc).strip().split("\n")[0][:300]
+            raise UnavailableError(f"{label} could not be placed on {placement}: {reason}") from None
     return instances
 
 
