@@ -10,8 +10,9 @@ Three servers per round, each started fresh, warmed for 2 s, then measured (``wr
 ``perf_analyzer`` over gRPC): ``baseline`` (``--baseline``, by default the commit before
 ``conch/observability/tracing.py`` existed), ``off`` (``--current``, by default HEAD, with no tracing
 flag) and ``on`` (the same, with ``--trace-otlp-endpoint`` to an OTLP/HTTP sink in this process that
-reads and drops each export, and ``--trace-sample-ratio 1.0``). A commit is unpacked with ``git
-archive``, so uncommitted changes in the working tree are not measured; a folder is run as it is.
+reads and drops each export, and ``--trace-sample-ratio`` from ``--ratio``, 1.0 by default). A
+commit is unpacked with ``git archive``, so uncommitted changes in the working tree are not
+measured; a folder is run as it is.
 The rounds alternate the order. A ratio is the median of the per-round ratios (lowest and highest
 in brackets), as in ``bench.run``: on a shared 2-core machine one point can be 20-30% off, so the
 figures are indicative.
@@ -47,6 +48,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three servers (default 3)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent connections (default 32)")
     parser.add_argument("--protocols", default="http", help="http, grpc or http,grpc (default http)")
+    parser.add_argument("--ratio", default="1.0", help="the 'on' server's --trace-sample-ratio (default 1.0)")
     parser.add_argument(
         "--baseline", default="", help="a commit or a folder without tracing (default: the commit before it)"
     )
@@ -116,13 +118,15 @@ def measure(
     return measure_between(server, MODEL, lambda: run_wrk(url, body, clients, seconds, work))
 
 
-def server_for(config: str, repository: Path, tree: Path, sink: str, logs: Path) -> ServerProcess:
+def server_for(
+    config: str, repository: Path, tree: Path, sink: str, logs: Path, ratio: str = "1.0"
+) -> ServerProcess:
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += ["--http-port", str(ports.http), "--grpc-port", str(ports.grpc)]
     command += ["--metrics-port", str(ports.metrics)]
     if config == "on":
-        command += ["--trace-otlp-endpoint", sink, "--trace-sample-ratio", "1.0"]
+        command += ["--trace-otlp-endpoint", sink, "--trace-sample-ratio", ratio]
     # Run from the tree whose conch is measured: ``-m`` puts the working folder first on sys.path.
     return ServerProcess(config, command, ports, logs / f"{config}.log", cwd=tree)
 
@@ -151,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for protocol in protocols:
                     for config in order:
                         tree = baseline if config == "baseline" else current
-                        with server_for(config, repository, tree, sink, work / "logs") as server:
+                        with server_for(config, repository, tree, sink, work / "logs", args.ratio) as server:
                             result, times = measure(server, protocol, args.clients, args.seconds, work)
                         results.setdefault((protocol, config), []).append((result, times))
                         print(
@@ -166,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.seconds:.0f} s points, {args.rounds} rounds"
     )
     print(f"the OTLP sink received {exported / 1e6:.1f} MB of spans from the 'on' servers\n")
-    print("| protocol | figure | off / baseline | on (ratio 1.0) / baseline | on / off |")
+    print(f"| protocol | figure | off / baseline | on (ratio {args.ratio}) / baseline | on / off |")
     print("|---|---|---|---|---|")
     for protocol in protocols:
         rounds = list(zip(*(results[protocol, c] for c in CONFIGS), strict=True))
