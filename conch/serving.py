@@ -32,6 +32,7 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYT
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.frontends.http.coalesced_writes import holding_heads
 from conch.frontends.http.connection_limits import limited_protocol
 from conch.frontends.http.limits import HttpLimits
 from conch.gateway.gateway import GatewaySettings
@@ -399,7 +400,7 @@ def uvicorn_server(app: Any, limits: HttpLimits | None = None) -> uvicorn.Server
     config = uvicorn.Config(
         app,
         loop="none",
-        http=limited_protocol(limits),
+        http=holding_heads(limited_protocol(limits)),
         timeout_keep_alive=int(limits.idle_timeout_secs),
         lifespan="off",
         access_log=False,
