@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures import python_models as models
+from tests.fixtures.ensembles import ensemble_config, write_ensemble
 from tests.fixtures.onnx_models import add_sub_grpc_inputs, add_sub_model, scale_model, write_repository
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.integration.server_process import ServerProcess
@@ -55,6 +56,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "released" / "2" / "model.onnx").write_bytes(scale_model(2.0).SerializeToString())
     (root / "released" / "release.yaml").write_text(DARK_LAUNCH)
     models.write_python_model(root, "bls_sync", models.BLS_CONFIG.format(name="bls_sync"), models.BLS_SYNC)
+    tensors = [(name, "TYPE_FP32", [16]) for name in ("INPUT0", "INPUT1")]
+    outputs = [(name, "TYPE_FP32", [16]) for name in ("OUTPUT0", "OUTPUT1")]
+    steps = [
+        ("add_sub", {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}, {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}),
+        ("add_sub", {"INPUT0": "SUM", "INPUT1": "DIFF"}, {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}),
+    ]
+    write_ensemble(root, "twice", ensemble_config("twice", tensors, outputs, steps, max_batch_size=8))
     return root
 
 
@@ -243,6 +251,25 @@ def test_a_shadow_copy_is_a_span_of_the_request_it_copies(
         "2",
     )
     assert {"queue", "execute", "batch"} <= {s.name for s in trace if s.parent_id == shadow.span_id}
+
+
+def test_each_ensemble_step_is_a_span_of_the_ensembles_request(
+    server: ServerProcess, receiver: OtlpReceiver
+) -> None:
+    trace_id, _, traceparent = _traceparent()
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        result = client.infer("twice", _http_inputs(), headers={"traceparent": traceparent})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, dtype=np.float32))
+    spans = receiver.wait_for(
+        lambda got: sum(s.trace_id == trace_id and s.name == "step add_sub" for s in got) == 2
+    )
+    trace = [s for s in spans if s.trace_id == trace_id]
+    root = _one(trace, "POST /v2/models/{model_name}/infer")
+    steps = sorted((s for s in trace if s.name == "step add_sub"), key=lambda s: s.start_ns)
+    assert all(step.parent_id == root.span_id for step in steps)
+    assert steps[0].end_ns <= steps[1].start_ns  # the second step reads the first one's outputs
+    for step in steps:
+        assert {"queue", "execute", "batch"} <= {s.name for s in trace if s.parent_id == step.span_id}
 
 
 def test_a_refused_request_records_its_status(server: ServerProcess, receiver: OtlpReceiver) -> None:

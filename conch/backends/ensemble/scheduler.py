@@ -28,6 +28,7 @@ from conch.core import datatypes
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from conch.observability.statistics import ModelStatistics
+from conch.observability.tracing import RequestTrace
 from conch.repository.model import Model, ModelVersion
 from conch.scheduling.scheduler import ScheduledRequest
 
@@ -68,7 +69,7 @@ class EnsembleScheduler:
         started = time.perf_counter_ns()
         self._check_step_versions()
         tensors = dict(request.inputs)
-        await self._run_steps(tensors, request.parameters)
+        await self._run_steps(tensors, request.parameters, request.trace)
         timing = ExecutionTiming(compute_infer_ns=time.perf_counter_ns() - started)
         self._statistics.record_execution(request.rows, 1, timing)
         return {name: tensors[name] for name in request.output_names}
@@ -108,7 +109,9 @@ class EnsembleScheduler:
         except ConchError as exc:
             raise UnavailableError(f"{where}: {exc.message}") from None
 
-    async def _run_steps(self, tensors: dict[str, np.ndarray], parameters: dict[str, object]) -> None:
+    async def _run_steps(
+        self, tensors: dict[str, np.ndarray], parameters: dict[str, object], trace: RequestTrace | None = None
+    ) -> None:
         waiting = list(self._plan.steps)
         # Ensemble inputs count as written even when an optional one was not sent: its steps go
         # without it, as their model's input must then be optional too.
@@ -120,11 +123,11 @@ class EnsembleScheduler:
                 for step in ready:
                     waiting.remove(step)
                 if len(ready) == 1 and not running:
-                    tensors.update(await self._run_step(ready[0], tensors, parameters))
+                    tensors.update(await self._run_step(ready[0], tensors, parameters, trace))
                     written |= set(ready[0].output_map.values())
                     continue
                 for step in ready:
-                    running[asyncio.create_task(self._run_step(step, tensors, parameters))] = step
+                    running[asyncio.create_task(self._run_step(step, tensors, parameters, trace))] = step
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
@@ -137,7 +140,11 @@ class EnsembleScheduler:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_step(
-        self, step: EnsembleStep, tensors: dict[str, np.ndarray], parameters: dict[str, object]
+        self,
+        step: EnsembleStep,
+        tensors: dict[str, np.ndarray],
+        parameters: dict[str, object],
+        trace: RequestTrace | None = None,
     ) -> dict[str, np.ndarray]:
         inputs = [
             Tensor(model_input, datatypes.from_numpy(tensors[tensor].dtype).name, tensors[tensor])
@@ -151,10 +158,17 @@ class EnsembleScheduler:
             outputs=[RequestedOutput(name) for name in step.output_map],
             parameters=dict(parameters),
         )
+        if trace is not None:  # the step is a span of the ensemble's request, its stages under it
+            attributes = {"conch.model.name": step.model_name, "conch.model.version": step.model_version}
+            request.trace = trace.child(f"step {step.model_name}", attributes)
         try:
             response = await self._infer(request)
         except ConchError as exc:
+            if request.trace is not None:
+                request.trace.finish({}, exc.message if exc.kind.http_status >= 500 else None)
             raise StepError(f"ensemble '{self._plan.name}' {step.label}: {exc.message}", exc.kind) from exc
+        if request.trace is not None:
+            request.trace.finish({})
         return {step.output_map[output.name]: output.data for output in response.outputs}
 
 
