@@ -168,9 +168,10 @@ def _print_report(optimized: Any) -> None:
             f"at most {judged['drift_fraction'].limit:g}: {judged['drift_fraction'].outcome}",
         ),
     ]
+    compared, counted = _count(figures.compared, "request"), _count(figures.rows, "row")
     title = (
-        f"'{optimized.model}' int8 ({optimized.method.value}) against fp32, {figures.compared} requests "
-        f"compared ({figures.rows} rows: {optimized.rows_from})"
+        f"'{optimized.model}' int8 ({optimized.method.value}) against fp32, {compared} compared "
+        f"({counted}: {optimized.rows_from})"
     )
     columns = (
         "figure",
@@ -179,6 +180,10 @@ def _print_report(optimized: Any) -> None:
         "int8/fp32, limit",
     )
     print_table(columns, rows, title=title)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _size(size: int) -> str:

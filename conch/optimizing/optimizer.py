@@ -20,7 +20,7 @@ import onnxruntime as ort
 from conch.exporting.staging import Staging
 from conch.optimizing import DEFAULT_MIN_AGREEMENT
 from conch.optimizing.comparison import Comparison, compare_versions
-from conch.optimizing.quantization import Method, quantize
+from conch.optimizing.quantization import Method, check_quantized, quantize
 from conch.optimizing.source import OptimizeError, evaluation_rows, read_source
 from conch.optimizing.twin_record import config_with_twin, write_records
 from conch.packaging.metadata import CONFIG_FILENAME
@@ -76,6 +76,7 @@ def optimize_int8(
             )
         except Exception as exc:  # the quantizer raises whatever the graph's operators make it raise
             raise OptimizeError(f"ONNX Runtime could not quantize version {source.version}: {exc}") from None
+        check_quantized(staged_file)
         progress(f"comparing version {number} (int8) with version {source.version} (fp32)")
         comparison = compare_versions(source.config, source.model_file, staged_file, rows, min_agreement)
         optimized = Optimized(
@@ -104,7 +105,7 @@ def _twin_number(model_dir: Path, version: int | None) -> int:
 def _rows_from(calibration: Path | None) -> str:
     if calibration is not None:
         return f"calibration file {calibration.name}"
-    return "the warm-up sample and rows varied from it (conch validate's inputs)"
+    return "the warm-up sample and rows varied from it, as conch validate runs"
 
 
 def _place(config_text: str, optimized: Optimized, staging: Staging, source_dir: Path) -> None:

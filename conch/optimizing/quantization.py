@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
+import onnx
 from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
@@ -31,7 +32,22 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from conch.optimizing.source import OptimizeError
+
 log = logging.getLogger(__name__)
+
+#: Operators only a quantized graph holds: dynamic (``DynamicQuantizeLinear`` and the integer
+#: products) or static (the QDQ pairs).
+INT8_OPERATORS = frozenset(
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearConv",
+        "QLinearMatMul",
+    }
+)
 
 
 class Method(enum.StrEnum):
@@ -81,6 +97,24 @@ def quantize(
             extra_options={"QDQDisableWeightAdjustForInt32Bias": True},
         )
     return Method.STATIC
+
+
+def check_quantized(model_file: Path) -> None:
+    """Raise :class:`OptimizeError` when the quantizer found nothing to quantize in the graph.
+
+    ONNX Runtime quietly copies a graph without matrix products or convolutions (a scikit-learn
+    linear model's ``LinearClassifier``, tree ensembles): a twin that is fp32 under another name
+    would only cost a version and a slot.
+    """
+    graph = onnx.load(str(model_file), load_external_data=False).graph
+    operators = {node.op_type for node in graph.node}
+    if operators & INT8_OPERATORS:
+        return
+    raise OptimizeError(
+        f"ONNX Runtime found nothing to quantize: the graph's operators are {', '.join(sorted(operators))}, "
+        "and int8 applies to matrix products and convolutions (MatMul, Gemm, Conv, attention, LSTM); "
+        "nothing was written and the fp32 version stays as it is"
+    )
 
 
 def _split(feeds: Mapping[str, np.ndarray], batch_rows: int | None) -> Iterator[dict[str, np.ndarray]]:

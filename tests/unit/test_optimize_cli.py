@@ -12,7 +12,7 @@ from conch.cli.main import main
 from conch.optimizing.twin_record import config_with_twin
 from conch.repository.config import parse_config
 from conch.repository.quantized_twin import twin_from_config
-from tests.fixtures.onnx_models import add_sub_model, write_repository
+from tests.fixtures.onnx_models import add_sub_model, slow_identity_model, write_repository
 
 PYTHON_CONFIG = 'name: "scripted"\nbackend: "python"\n'
 
@@ -23,7 +23,10 @@ def tree(root: Path) -> list[str]:
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    root = write_repository(tmp_path / "models", {"add_sub": (add_sub_model(), None)})
+    root = write_repository(
+        tmp_path / "models",
+        {"add_sub": (add_sub_model(), None), "products": (slow_identity_model(width=16, layers=2), None)},
+    )
     (root / "empty").mkdir()
     (root / "empty" / "config.pbtxt").write_text('name: "empty"\n')
     (root / "scripted" / "1").mkdir(parents=True)
@@ -80,22 +83,34 @@ def test_a_threshold_outside_0_to_1_is_a_usage_error(
     assert "--min-agreement" in capsys.readouterr().err
 
 
+def test_a_graph_with_nothing_to_quantize_is_refused(
+    repository: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(repository.parent)
+
+    assert main(["optimize", str(repository / "add_sub"), "--int8"]) == 1
+
+    message = capsys.readouterr().err
+    assert "found nothing to quantize: the graph's operators are Add, Sub" in message
+    assert tree(repository.parent) == before
+
+
 def test_an_int8_twin_is_not_quantized_again(repository: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["optimize", str(repository / "add_sub"), "--int8"]) == 0
+    assert main(["optimize", str(repository / "products"), "--int8"]) == 0
     capsys.readouterr()
 
-    assert main(["optimize", str(repository / "add_sub"), "--int8", "--from-version", "2"]) == 2
-    assert "version 2 of 'add_sub' is already an int8 twin" in capsys.readouterr().err
+    assert main(["optimize", str(repository / "products"), "--int8", "--from-version", "2"]) == 2
+    assert "version 2 of 'products' is already an int8 twin" in capsys.readouterr().err
 
 
 def test_a_model_without_config_gets_one_that_names_its_twin(
     repository: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["optimize", str(repository / "add_sub"), "--int8"]) == 0
+    assert main(["optimize", str(repository / "products"), "--int8"]) == 0
 
-    assert "wrote version 2 of 'add_sub', the int8 twin of version 1" in capsys.readouterr().out
-    config = parse_config((repository / "add_sub" / "config.pbtxt").read_text())
-    assert (config.name, config.backend) == ("add_sub", "onnxruntime")
+    assert "wrote version 2 of 'products', the int8 twin of version 1" in capsys.readouterr().out
+    config = parse_config((repository / "products" / "config.pbtxt").read_text())
+    assert (config.name, config.backend) == ("products", "onnxruntime")
     twin = twin_from_config(config, gpu=False)
     assert twin is not None and (twin.quantized, twin.source, twin.prefers_quantized) == (2, 1, True)
 
