@@ -283,6 +283,10 @@ def test_with_auth_the_page_asks_for_a_token_then_shows_the_data(
     assert given not in page.content()  # the token is never written into the page
     page.screenshot(path=str(ARTIFACTS / "status-page-auth.png"), full_page=True)
 
+    page.reload()  # the token stays with the tab: no prompt after a reload
+    expect(page.locator('#models tr[data-model="scored"]')).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("#login")).to_be_hidden()
+
     page.evaluate("sessionStorage.setItem('conch.status.token', 'not-a-token')")
     page.reload()
     expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)  # a 401 asks again
