@@ -25,7 +25,7 @@ from conch.lifecycle.pytorch_models import PyTorchModelBuilder, cpu_build
 from conch.observability.model_loads import MODEL_LOADS
 from conch.repository.model import Model, ModelState, ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import FallbackPolicy
+from conch.router.fallback import FallbackPolicy, is_device_error
 from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
@@ -118,6 +118,7 @@ def cnn_instance(tmp_path: Path, options: PyTorchOptions) -> tuple[PyTorchInstan
     return instance, eager
 
 
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable:UserWarning")
 def test_an_instance_answers_as_the_eager_model_in_eval_mode(tmp_path: Path) -> None:
     instance, eager = cnn_instance(tmp_path, PyTorchOptions())
     batch = np.random.default_rng(0).standard_normal((4, *CNN_INPUT), dtype=np.float32)
@@ -262,3 +263,33 @@ def test_a_gpu_out_of_memory_moves_the_version_to_itscpu_build(tmp_path: Path) -
     np.testing.assert_allclose(answer.outputs[0].data, expected, rtol=1e-5, atol=1e-6)  # fp32 on the CPU
     assert answer.parameters == {"fallback_level": "CPU", "fallback_reason": "device_error"}
     version.close()
+
+
+class FailsLikeCuda(torch.nn.Module):
+    """Raises CUDA's words followed by its advice lines, as a kernel fault does inside TorchScript."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError(
+            "CUDA error: an illegal memory access was encountered\n"
+            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+        )
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_cuda_error_keeps_cudas_words_so_the_fallback_sees_a_device_error(tmp_path: Path) -> None:
+    torch.jit.script(FailsLikeCuda()).save(str(tmp_path / "model.pt"))
+    program = load_program(torch, tmp_path / "model.pt")
+    config = parsed(
+        'name: "m" max_batch_size: 0 input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]'
+        ' output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]'
+    )
+    instance = PyTorchInstance(torch, program.module, bind(config, program), "cpu", PyTorchOptions(), "m")
+
+    with pytest.raises(InternalError) as raised:
+        instance.run({"INPUT__0": np.zeros(2, np.float32)}, ["OUTPUT__0"], ExecutionTiming())
+
+    assert (
+        raised.value.message
+        == "m failed while running: RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert is_device_error(raised.value.message)

@@ -18,6 +18,7 @@ Every run is ``torch.inference_mode()``: no autograd records, no version counter
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import warnings
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from conch.core.types import ExecutionTiming
 
 # Inputs decoded from the wire are read-only views; the program never writes its inputs.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+_EXCEPTION_LINE = re.compile(r"^(?:builtins\.)?[A-Za-z_][\w.]*(?:Error|Exception): ")
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,8 @@ class PyTorchInstance:
             raise InternalError(
                 f"{self._label} ran out of GPU memory on {self.device}: {_first_line(exc)}"
             ) from None
-        except RuntimeError as exc:
-            raise InternalError(f"{self._label} failed while running: {_last_line(exc)}") from None
+        except (RuntimeError, torch.jit.Error) as exc:  # jit.Error: a `raise` inside TorchScript
+            raise InternalError(f"{self._label} failed while running: {_cause(exc)}") from None
         timing.compute_input_ns = ran - start
         timing.compute_infer_ns = done - ran
         timing.compute_output_ns = time.perf_counter_ns() - done
@@ -173,7 +175,15 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().split("\n")[0][:500]
 
 
-def _last_line(exc: BaseException) -> str:
-    """TorchScript's errors open with its interpreter's traceback (with file paths); the cause is last."""
+def _cause(exc: BaseException) -> str:
+    """The line that says what went wrong, without the interpreter's traceback or file paths.
+
+    TorchScript's errors open with the traceback of its interpreter (source lines, paths) and end with
+    the exception, ``builtins.RuntimeError: ...``: the last such line is the cause. Other errors say it
+    first; CUDA's then add advice lines (``CUDA_LAUNCH_BLOCKING=1``). CUDA's own words must stay: they
+    are what moves a version to its CPU fallback.
+    """
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:500]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    cause = raised[-1].removeprefix("builtins.") if raised else lines[0] if lines else type(exc).__name__
+    return cause[:500]
