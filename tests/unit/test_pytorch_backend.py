@@ -293,3 +293,16 @@ def test_a_cuda_error_keeps_cudas_words_so_the_fallback_sees_a_device_error(tmp_
         == "m failed while running: RuntimeError: CUDA error: an illegal memory access was encountered"
     )
     assert is_device_error(raised.value.message)
+
+
+def test_an_input_beyond_an_exported_programs_guards_is_a_400(tmp_path: Path) -> None:
+    write_exported_mlp(tmp_path)  # batch dimension exported with max=1024
+    program = load_program(torch, tmp_path / "model.pt2")
+    config = parsed('name: "mlp" max_batch_size: 4096')
+    complete_config(config, program, {"max_batch_size"}, 4)
+    instance = PyTorchInstance(torch, program.module, bind(config, program), "cpu", PyTorchOptions(), "mlp")
+
+    with pytest.raises(InvalidArgumentError) as raised:
+        instance.run({"features": np.zeros((2000, 6), np.float32)}, ["OUTPUT__0"], ExecutionTiming())
+
+    assert raised.value.message == "mlp rejected the input: Guard failed: features.size()[0] <= 1024"

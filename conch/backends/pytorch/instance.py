@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from conch.backends.pytorch.options import PyTorchOptions
-from conch.core.errors import InternalError
+from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
 
 # Inputs decoded from the wire are read-only views; the program never writes its inputs.
@@ -97,6 +97,8 @@ class PyTorchInstance:
             raise InternalError(
                 f"{self._label} ran out of GPU memory on {self.device}: {_first_line(exc)}"
             ) from None
+        except AssertionError as exc:  # a torch.export program's guards: "Guard failed: x.size()[0] <= 1024"
+            raise InvalidArgumentError(f"{self._label} rejected the input: {_cause(exc)}") from None
         except (RuntimeError, torch.jit.Error) as exc:  # jit.Error: a `raise` inside TorchScript
             raise InternalError(f"{self._label} failed while running: {_cause(exc)}") from None
         timing.compute_input_ns = ran - start
