@@ -139,8 +139,9 @@ class RequestTrace:
             self.stage = None
 
     def child(self, name: str, attributes: Mapping[str, Any]) -> RequestTrace:
-        """A request made on this one's behalf (a shadow copy, a BLS call): a span of this trace."""
-        return _child_request(name, self.context, attributes)
+        """A request made on this one's behalf (a shadow copy, an ensemble step): a span under it."""
+        assert tracer is not None
+        return RequestTrace(tracer.start_span(name, context=self.context, attributes=attributes))
 
     def finished(self, _task: object = None) -> None:
         """:meth:`finish` with nothing to add, as a task's done callback (a shadow copy)."""
@@ -153,11 +154,6 @@ class RequestTrace:
         if error is not None:
             self.span.set_status(Status(StatusCode.ERROR, error))
         self.span.end()
-
-
-def _child_request(name: str, parent: Context, attributes: Mapping[str, Any]) -> RequestTrace:
-    assert tracer is not None
-    return RequestTrace(tracer.start_span(name, context=parent, attributes=attributes))
 
 
 def _server_request(
