@@ -207,12 +207,15 @@ async def grpc_request(
     version: str,
     code_of: Callable[[ConchError], int],
     answer: Callable[[RequestTrace | None], Awaitable[R]],
+    method: str = "ModelInfer",
 ) -> R:
-    """``answer`` a gRPC ModelInfer call inside its server span; ``code_of`` gives an error's code."""
+    """``answer`` a gRPC inference inside its server span: a ModelInfer call, or one request of a
+    ModelStreamInfer stream (the stream's metadata is each request's); ``code_of`` gives an error's
+    code."""
     carrier = {key: str(value) for key, value in metadata or () if key in _CONTEXT_KEYS}
     attributes = _model_attributes("grpc", model, version)
-    attributes.update({"rpc.system": "grpc", "rpc.service": GRPC_SERVICE, "rpc.method": "ModelInfer"})
-    request = _server_request(f"{GRPC_SERVICE}/ModelInfer", carrier, SpanKind.SERVER, attributes)
+    attributes.update({"rpc.system": "grpc", "rpc.service": GRPC_SERVICE, "rpc.method": method})
+    request = _server_request(f"{GRPC_SERVICE}/{method}", carrier, SpanKind.SERVER, attributes)
     if request is None:
         return await answer(None)
     try:

@@ -6,6 +6,7 @@ loopback that decodes with ``opentelemetry-proto``; tritonclient sends the reque
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -165,6 +166,31 @@ def test_grpc_call_continues_the_callers_trace(server: ServerProcess, receiver: 
     assert root.attributes["rpc.method"] == "ModelInfer"
     assert root.attributes["rpc.grpc.status_code"] == 0
     assert (root.attributes["conch.model.name"], root.attributes["conch.model.version"]) == ("add_sub", "1")
+
+
+def test_each_request_of_a_grpc_stream_is_in_the_streams_trace(
+    server: ServerProcess, receiver: OtlpReceiver
+) -> None:
+    trace_id, caller, traceparent = _traceparent()
+    answers: queue.Queue[object] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(
+            lambda result, error: answers.put(error or result), headers={"traceparent": traceparent}
+        )
+        for _ in range(2):
+            client.async_stream_infer("add_sub", add_sub_grpc_inputs())
+        got = [answers.get(timeout=30) for _ in range(2)]
+        client.stop_stream()
+    assert all(isinstance(answer, grpcclient.InferResult) for answer in got)
+    name = "inference.GRPCInferenceService/ModelStreamInfer"
+    spans = receiver.wait_for(
+        lambda got: sum(s.trace_id == trace_id and s.name == "encode" for s in got) == 2
+    )
+    roots = [s for s in spans if s.trace_id == trace_id and s.name == name]
+    assert len(roots) == 2 and all(root.parent_id == caller for root in roots)
+    assert all(root.attributes["rpc.method"] == "ModelStreamInfer" for root in roots)
+    for root in roots:
+        assert {s.name for s in spans if s.parent_id == root.span_id} == STAGES
 
 
 def test_a_batch_links_to_every_request_in_it(server: ServerProcess, receiver: OtlpReceiver) -> None:

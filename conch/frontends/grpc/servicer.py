@@ -159,7 +159,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     _metadata(context),
                     request.model_name,
                     request.model_version,
-                    lambda exc: status_of(exc).value[0],
+                    _code_of,
                     lambda trace: self._infer(request, key, trace),
                 )
             return await self._infer(request, key)
@@ -184,6 +184,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if self.server.is_decoupled(message.model_name, message.model_version):
                     async for reply in self._infer_decoupled(message):
                         yield reply
+                elif tracing.tracer is not None:
+                    reply = await tracing.grpc_request(
+                        _metadata(context),
+                        message.model_name,
+                        message.model_version,
+                        _code_of,
+                        lambda trace: self._infer(message, None, trace),
+                        "ModelStreamInfer",
+                    )
+                    yield pb.ModelStreamInferResponse(infer_response=reply)
                 else:
                     yield pb.ModelStreamInferResponse(infer_response=await self._infer(message))
             except ConchError as exc:
@@ -253,6 +263,11 @@ def _route_key(context: Any) -> str | None:
         if key == ROUTE_KEY_HEADER:
             return str(value)
     return None
+
+
+def _code_of(exc: ConchError) -> int:
+    """The number of the gRPC code ``exc`` ends a call with (a span's ``rpc.grpc.status_code``)."""
+    return int(status_of(exc).value[0])
 
 
 def _metadata(context: Any) -> Any:
