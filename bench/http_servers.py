@@ -35,7 +35,7 @@ import numpy as np
 import orjson
 
 from bench import loadgen
-from bench.run import RESULTS, conch_revision, describe_machine, loadavg
+from bench.run import RESULTS, conch_revision, describe_machine, loadavg, write_report
 from bench.servers import free_port
 
 KINDS = ("uvicorn", "granian-asgi", "granian-rsgi", "httptools")
@@ -216,12 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     process.terminate()
                     process.wait(timeout=20)
     machine.append(f"load average at the end: {loadavg()}")
-    text = render(rates, args, started, machine)
-    print("\n" + text)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / (started.strftime("%Y-%m-%d-%H%M%S") + "-http-servers.md")
-    path.write_text(text)
-    print(f"bench.http_servers: written to {path}")
+    name = started.strftime("%Y-%m-%d-%H%M%S") + "-http-servers.md"
+    write_report(render(rates, args, started, machine), args.results_dir, name, "bench.http_servers")
     return 0
 
 

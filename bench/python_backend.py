@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from bench import loadgen, ort_limit
 from bench.models import MAX_BATCH_SIZE, MAX_QUEUE_DELAY_US, MODELS, python_backend_models
@@ -121,15 +122,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps.note(f"round {round_number} of {args.rounds}")
                 for key in round_order(list(sides), round_number):
                     workdir = Path(folder) / key
+                    measure = partial(
+                        measure_models, served[key], rows[key], workdir, round_number, args.seconds, steps
+                    )
                     run_side(
                         sides[key],
                         repositories[key],
                         workdir,
-                        served[key],
                         rows[key],
                         results,
                         round_number,
-                        args.seconds,
+                        measure,
                         steps,
                     )
     results.machine.append(f"load average at the end: {loadavg()}")
@@ -148,18 +151,30 @@ def _served(names: Sequence[str], onnx_callee: bool) -> dict[str, str]:
     return {model: name for name in names for model in python_backend_models(name, onnx_callee)}
 
 
+class ServerSide(Protocol):
+    """What :func:`run_side` needs of a server: its key, its title and how it starts."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def serve(self) -> Callable[[Path, Path], ServerProcess]: ...
+
+
 def run_side(
-    side: Side,
+    side: ServerSide,
     repository: Path,
     workdir: Path,
-    models: dict[str, str],
     rows: list[Row],
     results: BenchResults,
     round_number: int,
-    seconds: float,
+    measure: Callable[[ServerProcess], None],
     steps: Steps | None = None,
 ) -> None:
-    """Start one server, measure every model, stop it; failures become row notes, never exceptions."""
+    """Start one server, ``measure`` it, stop it; failures become row notes, never exceptions."""
     steps = steps or Steps(console=stdout_console())
     steps.step(f"{side.key}: waiting for quiet cores", plain=False)
     busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
@@ -175,8 +190,7 @@ def run_side(
                 versions = package_versions(peer.python(), peer.packages)
                 about += f"; {server_metadata(server)}; {versions}"
             results.machine.append(about)
-            for model, name in models.items():
-                measure_model(server, model, name, rows, workdir, round_number, seconds, steps)
+            measure(server)
     except (PeerUnavailable, ServerError, OSError) as exc:
         note = str(exc).splitlines()[0]
         print(f"  {side.key}: {note}", file=sys.stderr, flush=True)
@@ -184,6 +198,20 @@ def run_side(
             row.note = note
     finally:
         keep_log(workdir / f"{side.key}.log")
+
+
+def measure_models(
+    models: dict[str, str],
+    rows: list[Row],
+    workdir: Path,
+    round_number: int,
+    seconds: float,
+    steps: Steps,
+    server: ServerProcess,
+) -> None:
+    """Every model's points on a started server."""
+    for model, name in models.items():
+        measure_model(server, model, name, rows, workdir, round_number, seconds, steps)
 
 
 def quiet_cores(busy: float = QUIET, wait_s: float = QUIET_WAIT_S) -> float:

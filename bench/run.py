@@ -139,6 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def write_report(text: str, results_dir: Path, name: str, program: str) -> Path:
+    """Print the report, write it as ``results_dir/name`` and say where."""
+    print("\n" + text)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / name
+    path.write_text(text)
+    print(f"{program}: written to {path}", flush=True)
+    return path
+
+
 def round_order(servers: Sequence[str], round_number: int) -> list[str]:
     """The servers in the order of ``round_number``: as given in odd rounds, reversed in even ones, so
     over the rounds each server follows and precedes the others as often."""

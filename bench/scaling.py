@@ -24,7 +24,7 @@ from pathlib import Path
 from bench import loadgen
 from bench.models import MODELS, write_conch_repository
 from bench.peers import serve_conch
-from bench.run import RESULTS, conch_revision, describe_machine, keep_log, loadavg
+from bench.run import RESULTS, conch_revision, describe_machine, keep_log, loadavg, write_report
 from bench.servers import ServerError, ServerProcess
 from bench.sweep import point_load
 
@@ -102,12 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finally:
                     keep_log(workdir / "conch.log")
     machine.append(f"load average at the end: {loadavg()}")
-    text = render(rates, plan, args, started, machine)
-    print("\n" + text)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / (started.strftime("%Y-%m-%d-%H%M%S") + "-scaling.md")
-    path.write_text(text)
-    print(f"bench.scaling: written to {path}")
+    name = started.strftime("%Y-%m-%d-%H%M%S") + "-scaling.md"
+    write_report(render(rates, plan, args, started, machine), args.results_dir, name, "bench.scaling")
     return 0
 
 

@@ -29,7 +29,16 @@ from pathlib import Path
 from bench.loadgen import PERF_ANALYZER
 from bench.models import MODELS, write_conch_repository, write_triton_repository
 from bench.peers import PeerUnavailable, serve_conch, serve_triton
-from bench.run import RESULTS, choices, conch_revision, describe_machine, keep_log, loadavg, round_order
+from bench.run import (
+    RESULTS,
+    choices,
+    conch_revision,
+    describe_machine,
+    keep_log,
+    loadavg,
+    round_order,
+    write_report,
+)
 from bench.servers import ServerError, ServerProcess
 
 SERVERS = {"conch": (write_conch_repository, serve_conch), "triton": (write_triton_repository, serve_triton)}
@@ -133,12 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finally:
                     keep_log(workdir / f"{key}.log")
     machine.append(f"load average at the end: {loadavg()}")
-    text = render(runs, args, started, machine)
-    print("\n" + text)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / (started.strftime("%Y-%m-%d-%H%M%S") + "-stability.md")
-    path.write_text(text)
-    print(f"bench.stability: written to {path}")
+    name = started.strftime("%Y-%m-%d-%H%M%S") + "-stability.md"
+    write_report(render(runs, args, started, machine), args.results_dir, name, "bench.stability")
     return 0
 
 

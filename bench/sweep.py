@@ -23,25 +23,23 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from bench import loadgen
 from bench.models import SWEEP_MODELS, write_conch_repository, write_triton_repository
-from bench.peers import PEERS, PeerUnavailable, package_versions, serve_conch, serve_triton
-from bench.python_backend import quiet_cores
+from bench.peers import PEERS, serve_conch, serve_triton
+from bench.python_backend import run_side
 from bench.report import BenchResults, Point, Row
 from bench.run import (
     add_round_arguments,
     choices,
-    conch_revision,
     describe_machine,
-    keep_log,
     loadavg,
     round_order,
-    server_metadata,
     settle_round_arguments,
 )
-from bench.servers import ServerError, ServerProcess, measure_between
+from bench.servers import ServerProcess, measure_between
 from bench.sweep_report import PROTOCOLS, render, write_charts, write_data
 
 CONCURRENCIES = (1, 8, 32)
@@ -117,15 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_number in range(1, args.rounds + 1):
             print(f"round {round_number} of {args.rounds}", flush=True)
             for key in round_order(list(sides), round_number):
-                run_side(
-                    sides[key],
-                    repositories[key],
-                    Path(folder) / key,
-                    args,
-                    rows[key],
-                    results,
-                    round_number,
-                )
+                workdir = Path(folder) / key
+                measure = partial(measure_sizes, args, rows[key], workdir, round_number)
+                run_side(sides[key], repositories[key], workdir, rows[key], results, round_number, measure)
     results.machine.append(f"load average at the end: {loadavg()}")
     stem = started.strftime("%Y-%m-%d-%H%M%S") + "-sweep" + ("-quick" if args.quick else "")
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -139,37 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_side(
-    side: Side,
-    repository: Path,
-    workdir: Path,
-    args: argparse.Namespace,
-    rows: list[Row],
-    results: BenchResults,
-    round_number: int,
+def measure_sizes(
+    args: argparse.Namespace, rows: list[Row], workdir: Path, round_number: int, server: ServerProcess
 ) -> None:
-    """Start one server, measure every size, stop it; failures become row notes, never exceptions."""
-    busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
-    print(f"{side.key}: {busy}", flush=True)
-    try:
-        server = side.serve(repository, workdir)
-        with server:
-            about = f"round {round_number}, {side.title}: {busy}"
-            if side.key == "conch":
-                about += f"; conch {conch_revision()}"
-            if round_number == 1:
-                peer = PEERS[side.key]
-                about += f"; {server_metadata(server)}; {package_versions(peer.python(), peer.packages)}"
-            results.machine.append(about)
-            for size in args.sizes:
-                measure_size(server, size, rows, workdir, round_number, args)
-    except (PeerUnavailable, ServerError, OSError) as exc:
-        note = str(exc).splitlines()[0]
-        print(f"  {side.key}: {note}", file=sys.stderr, flush=True)
-        for row in rows:
-            row.note = note
-    finally:
-        keep_log(workdir / f"{side.key}.log")
+    """Every size's points on a started server."""
+    for size in args.sizes:
+        measure_size(server, size, rows, workdir, round_number, args)
 
 
 def measure_size(
