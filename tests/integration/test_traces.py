@@ -6,6 +6,7 @@ loopback that decodes with ``opentelemetry-proto``; tritonclient sends the reque
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import queue
 import secrets
 import time
@@ -86,8 +87,9 @@ def server(
         "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=traces-test",
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # export every 0.1 s instead of 5 s: a faster test
         "CONCH_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+        "CONCH_LOG_FORMAT": "json",
     }
-    args = ("--trace-otlp-endpoint", receiver.url, "--trace-sample-ratio", "1.0")
+    args = ("--trace-otlp-endpoint", receiver.url, "--trace-sample-ratio", "1.0", "--log-inferences", "true")
     return start_server(repository, *args, env=env)
 
 
@@ -149,6 +151,8 @@ def test_http_request_continues_the_callers_trace(server: ServerProcess, receive
     assert root.attributes["conch.model.name"] == "add_sub"
     assert root.attributes["conch.protocol"] == "http"
     assert any(h.get("x-tenant") == "traces-test" for h in receiver.headers)  # OTEL_EXPORTER_OTLP_HEADERS
+    records = [json.loads(line) for line in server.log().splitlines() if '"event":"inference"' in line]
+    assert trace_id in {record["trace_id"] for record in records}  # the inference log names the trace
 
 
 def test_grpc_call_continues_the_callers_trace(server: ServerProcess, receiver: OtlpReceiver) -> None:
