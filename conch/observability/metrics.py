@@ -113,10 +113,17 @@ class InferenceStatisticsCollector(Collector):
             yield family
 
 
+#: The index's reason for a model or version unloaded on purpose (Triton's word).
+UNLOADED_ON_PURPOSE = "unloaded"
+
+
 class ModelReadinessCollector(Collector):
     """``conch_model_ready{model,version}``: 1 for each READY version of the repository index, else 0.
 
-    A model whose config failed has no versions; its index entry comes out with ``version=""``.
+    A model whose config failed has no versions; its index entry comes out with ``version=""``. What
+    was unloaded on purpose (a model unloaded through the repository API, a version its policy retired:
+    Triton's reason "unloaded") is left out: it is not a model that should be ready and is not, and an
+    alert on ``conch_model_ready == 0`` must not fire for it.
     """
 
     def __init__(self, index: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
@@ -127,6 +134,8 @@ class ModelReadinessCollector(Collector):
             "conch_model_ready", "Whether a model version is READY (1) or not (0)", labels=_LABELS
         )
         for entry in self._index():
+            if entry["state"] != "READY" and entry.get("reason") == UNLOADED_ON_PURPOSE:
+                continue
             ready.add_metric([entry["name"], entry["version"]], 1 if entry["state"] == "READY" else 0)
         yield ready
 

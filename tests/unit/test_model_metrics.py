@@ -46,6 +46,20 @@ def test_model_ready_is_one_for_ready_versions_and_zero_for_the_rest_read_at_eac
     assert second[("conch_model_ready", (("model", "good"), ("version", "2")))] == 1
 
 
+def test_what_was_unloaded_on_purpose_is_not_a_model_that_should_be_ready() -> None:
+    index = [
+        *INDEX,
+        {"name": "retired", "version": "", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"name": "good", "version": "0", "state": "UNAVAILABLE", "reason": "unloaded"},
+    ]
+
+    page = samples(render(create_registry(list, lambda: index)).decode())
+
+    assert not any(("model", "retired") in labels for _, labels in page)
+    assert ("conch_model_ready", (("model", "good"), ("version", "0"))) not in page
+    assert page[("conch_model_ready", (("model", "bad-config"), ("version", "")))] == 0
+
+
 def test_without_an_index_the_page_has_no_readiness() -> None:
     assert "conch_model_ready" not in render(create_registry(list)).decode()
 
