@@ -16,9 +16,11 @@ model's own calls (BLS, ensemble steps) go to the server directly, so they never
 of the client request that caused them; their time is in its ``compute_ms``.
 
 Why off by default (``--log-inferences``): Triton does not log each request either, and a record
-costs the request path a hash, a dict and a formatted line (about 20 us, docs/observability.md has
-the measured cost). With it off and no audit sample, nothing here runs: an HTTP answer only echoes
-the ``x-request-id`` the client sent (``frontends/http/request_log.py``).
+costs the request path a hash, a dict and a formatted line (about 20 us in-process; in a server,
+about 70 us of an HTTP inference's CPU and 120 us of a gRPC one's on the development machine;
+docs/observability.md has the figures). The lines go out in batches (:mod:`batched_lines`). With
+it off and no audit sample, nothing here runs: an HTTP answer only echoes the ``x-request-id`` the
+client sent (``frontends/http/request_log.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch.core.errors import ConchError
 from conch.core.types import InferenceRequest, InferenceResponse
+from conch.observability.batched_lines import BatchedLines
 from conch.observability.input_hash import input_hash
 from conch.observability.output_summary import output_summary
 
@@ -129,6 +132,7 @@ class InferenceLog:
         if records:
             # The flag is the switch: records are written whatever --log-level says.
             LOGGER.setLevel(logging.INFO)
+            _write_from_a_thread()
 
     def finish(self, record: InferenceRecord, status: int | str) -> None:
         """End ``record`` with the answer's ``status`` (HTTP status or gRPC code name)."""
@@ -144,6 +148,13 @@ class InferenceLog:
             LOGGER.handle(entry)
         if record.audited and self.audit is not None:
             self.audit.write(fields, record.audit_request, record.audit_responses)
+
+
+def _write_from_a_thread() -> None:
+    """Send the records through :class:`BatchedLines` to the root handlers (once per process)."""
+    if not any(isinstance(handler, BatchedLines) for handler in LOGGER.handlers):
+        LOGGER.addHandler(BatchedLines(list(logging.getLogger().handlers)))
+        LOGGER.propagate = False
 
 
 def begin(

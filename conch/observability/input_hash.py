@@ -44,7 +44,7 @@ def tensor_hash(tensor: Tensor) -> str:
 
 def _feed(digest: Any, tensor: Tensor) -> None:
     data = tensor.data
-    shape = ",".join(str(dim) for dim in data.shape)
+    shape = ",".join(map(str, data.shape))
     digest.update(f"{tensor.name}\0{tensor.datatype}\0{shape}\0".encode())
     if data.dtype == object or data.dtype.kind in ("U", "S"):
         for element in data.reshape(-1).tolist():

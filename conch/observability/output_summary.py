@@ -10,6 +10,7 @@ input.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from typing import Any
 
@@ -33,8 +34,8 @@ def output_summary(response: InferenceResponse, redact: Collection[str] = ()) ->
         return summary
     if data.dtype.kind == "f" and data.ndim in (1, 2) and data.shape[-1] > 1:
         row = data if data.ndim == 1 else data[0]
-        best = int(np.argmax(row))
-        summary.update({"class": best, "score": _number(float(row[best]))})
+        best = int(row.argmax())
+        summary.update({"class": best, "score": _number(float(row.item(best)))})
         if data.ndim == 2 and data.shape[0] > 1:
             summary["rows"] = int(data.shape[0])
         return summary
@@ -50,4 +51,4 @@ def output_summary(response: InferenceResponse, redact: Collection[str] = ()) ->
 
 def _number(value: float) -> float | str:
     """A finite float as it is; NaN and infinities as text, which JSON can hold."""
-    return value if np.isfinite(value) else str(value)
+    return value if math.isfinite(value) else str(value)
