@@ -384,3 +384,62 @@ def test_sampling_without_an_audit_file_is_refused_before_the_server_starts(repo
 
     assert done.returncode == 2
     assert "--log-sample-bodies needs --audit-log" in done.stderr
+
+
+def test_the_generate_stream_endpoint_is_one_record_counting_its_events(logged: LoggedServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", logged.http_port, timeout=30)
+    try:
+        body = json.dumps({"INPUT0": INPUT0, "INPUT1": INPUT1})
+        connection.request("POST", "/v2/models/add_sub/generate_stream", body, {"x-request-id": "stream-1"})
+        reply = connection.getresponse()
+        events = reply.read().decode()
+    finally:
+        connection.close()
+
+    assert reply.status == 200 and reply.getheader("x-request-id") == "stream-1"
+    assert events.count("data: ") == 1
+    record = inference(logged, "stream-1")
+    assert (record["endpoint"], record["status"], record["responses"]) == ("generate_stream", 200, 1)
+    assert record["input_hash"] == ADD_SUB_HASH
+
+
+@pytest.fixture(scope="module")
+def limited(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedServer]:
+    """Records on, and a client rate limit of one request (no refill to speak of)."""
+    server = start_logged_server(
+        repository,
+        tmp_path_factory.mktemp("limited"),
+        *("--log-format", "json", "--log-inferences", "true"),
+        *("--client-rate-limit", "0.001", "--client-burst", "1"),
+    )
+    yield server
+    server.stop()
+
+
+def test_a_call_the_gateway_refuses_is_recorded_with_its_status(limited: LoggedServer) -> None:
+    statuses = []
+    for number in range(2):
+        status, _, headers = post(
+            limited.http_port,
+            "/v2/models/add_sub/infer",
+            add_sub_body(),
+            {"x-request-id": f"limited-{number}"},
+        )
+        statuses.append((status, headers["x-request-id"]))
+    codes = []
+    with grpc.insecure_channel(f"127.0.0.1:{limited.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for number in range(2):  # gRPC's peer is a client of its own: its first call is let in
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ModelInfer(
+                    pb.ModelInferRequest(model_name="add_sub", id=f"limited-grpc-{number}"), timeout=30
+                )
+            codes.append(refused.value.code())
+
+    assert statuses == [(200, "limited-0"), (429, "limited-1")]
+    assert codes == [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED]
+    http_refusal = inference(limited, "limited-1")
+    assert http_refusal["status"] == 429 and http_refusal["model"] == "add_sub"
+    assert http_refusal["input_hash"] is None and http_refusal["queue_ms"] is None
+    assert inference(limited, "limited-grpc-0")["status"] == "INVALID_ARGUMENT"
+    assert inference(limited, "limited-grpc-1")["status"] == "RESOURCE_EXHAUSTED"
