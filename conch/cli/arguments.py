@@ -39,6 +39,17 @@ def ratio(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A share from 0 to 1 (``0.01``: one in a hundred), where 0 is none."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got '{text}'") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
 def choice(values: tuple[str, ...]) -> Callable[[str], str]:
     """One of ``values``, in any case."""
 

@@ -9,19 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conch.cli.arguments import at_least, boolean
+from conch.cli.arguments import at_least, boolean, fraction
 from conch.cli.serve_flags import setting
-
-
-def fraction(text: str) -> float:
-    """A share from 0 to 1 (``0.01``: one in a hundred); 0 is none."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got '{text}'") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
-    return value
 
 
 def names(text: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import argparse
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from conch.cli.arguments import fraction
 from conch.cli.serve_flags import setting
 
 if TYPE_CHECKING:
@@ -33,15 +34,7 @@ def endpoint(text: str) -> str:
 
 def sample_ratio(text: str) -> float | None:
     """A share of traces from 0 to 1; empty: the ``OTEL_TRACES_SAMPLER`` variables decide."""
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got '{text}'") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
-    return value
+    return fraction(text) if text else None
 
 
 def trace_flags(serve: argparse.ArgumentParser) -> None:

@@ -59,23 +59,23 @@ class AuditLog:
 
     def request_form(self, request: InferenceRequest) -> dict[str, Any]:
         """The request as the audit file holds it: V2 JSON's shape, redacted inputs as their hash."""
-        return {
-            "id": request.id,
-            "model_name": request.model_name,
-            "model_version": request.model_version,
-            "parameters": request.parameters,
-            "inputs": [self._tensor_form(tensor) for tensor in request.inputs],
-            "outputs": [output.name for output in request.outputs],
-        }
+        form = self._message_form(request, "inputs", request.inputs)
+        form["outputs"] = [output.name for output in request.outputs]
+        return form
 
     def response_form(self, response: InferenceResponse) -> dict[str, Any]:
         """A response as the audit file holds it (outputs of redacted names as their hash)."""
+        return self._message_form(response, "outputs", response.outputs)
+
+    def _message_form(
+        self, message: InferenceRequest | InferenceResponse, key: str, tensors: list[Tensor]
+    ) -> dict[str, Any]:
         return {
-            "id": response.id,
-            "model_name": response.model_name,
-            "model_version": response.model_version,
-            "parameters": response.parameters,
-            "outputs": [self._tensor_form(tensor) for tensor in response.outputs],
+            "id": message.id,
+            "model_name": message.model_name,
+            "model_version": message.model_version,
+            "parameters": message.parameters,
+            key: [self._tensor_form(tensor) for tensor in tensors],
         }
 
     def write(

@@ -138,6 +138,15 @@ def add_sub_body(request_id: str | None = None) -> dict[str, Any]:
     return body
 
 
+def add_sub_message(request_id: str) -> pb.ModelInferRequest:
+    """INPUT0 and INPUT1 as gRPC raw contents, the same values as :func:`add_sub_body`."""
+    message = pb.ModelInferRequest(model_name="add_sub", id=request_id)
+    for name in ("INPUT0", "INPUT1"):
+        message.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+    message.raw_input_contents.extend([fp32(INPUT0), fp32(INPUT1)])
+    return message
+
+
 def records_where(server: LoggedServer, match: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
     """The log's records that ``match``, waiting a little for them to be written."""
     deadline = time.monotonic() + 10
@@ -211,10 +220,7 @@ def test_request_id_is_the_header_else_the_v2_id_else_generated_and_is_echoed(lo
 
 
 def test_a_grpc_inference_is_recorded_with_the_same_hash_and_echoes_its_id(logged: LoggedServer) -> None:
-    request = pb.ModelInferRequest(model_name="add_sub", id="grpc-v2-id")
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
-    request.raw_input_contents.extend([fp32(INPUT0), fp32(INPUT1)])
+    request = add_sub_message("grpc-v2-id")
     with grpc.insecure_channel(f"127.0.0.1:{logged.grpc_port}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         _, call = stub.ModelInfer.with_call(
@@ -237,10 +243,7 @@ def test_grpc_errors_and_stream_messages_are_recorded_with_their_code(logged: Lo
         tensor.set_data_from_numpy(np.zeros((1, 16), dtype=np.float32))
         with pytest.raises(grpcclient.InferenceServerException):
             client.infer("no_such_model", [tensor], request_id="grpc-missing")
-    message = pb.ModelInferRequest(model_name="add_sub", id="stream-message-1")
-    for name in ("INPUT0", "INPUT1"):
-        message.inputs.add(name=name, datatype="FP32", shape=[1, 16])
-    message.raw_input_contents.extend([fp32(INPUT0), fp32(INPUT1)])
+    message = add_sub_message("stream-message-1")
     with grpc.insecure_channel(f"127.0.0.1:{logged.grpc_port}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         replies = list(stub.ModelStreamInfer(iter([message]), timeout=30))
@@ -352,10 +355,7 @@ def test_by_default_there_are_no_records_and_http_echoes_only_the_clients_id(pla
         plain.http_port, "/v2/models/add_sub/infer", add_sub_body(), {"x-request-id": "plain-1"}
     )
     _, _, unnamed = post(plain.http_port, "/v2/models/add_sub/infer", add_sub_body("plain-v2"))
-    request = pb.ModelInferRequest(model_name="add_sub", id="plain-grpc")
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
-    request.raw_input_contents.extend([fp32(INPUT0), fp32(INPUT1)])
+    request = add_sub_message("plain-grpc")
     with grpc.insecure_channel(f"127.0.0.1:{plain.grpc_port}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         _, call = stub.ModelInfer.with_call(

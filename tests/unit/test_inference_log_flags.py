@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from conch.cli.log_flags import fraction, names, request_log_settings
+from conch.cli.arguments import fraction
+from conch.cli.log_flags import names, request_log_settings
 from conch.cli.main import build_parser
 
 
