@@ -443,3 +443,34 @@ def test_a_call_the_gateway_refuses_is_recorded_with_its_status(limited: LoggedS
     assert http_refusal["input_hash"] is None and http_refusal["queue_ms"] is None
     assert inference(limited, "limited-grpc-0")["status"] == "INVALID_ARGUMENT"
     assert inference(limited, "limited-grpc-1")["status"] == "RESOURCE_EXHAUSTED"
+
+
+@pytest.fixture(scope="module")
+def traced(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedServer]:
+    """Records on and every request traced (to a port nobody listens on: the spans are dropped)."""
+    server = start_logged_server(
+        repository,
+        tmp_path_factory.mktemp("traced"),
+        *("--log-format", "json", "--log-inferences", "true"),
+        *("--trace-otlp-endpoint", f"http://127.0.0.1:{free_port()}/v1/traces", "--trace-sample-ratio", "1"),
+        env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"},  # the exporter gives up at once at exit
+    )
+    yield server
+    server.stop()
+
+
+def test_a_traced_requests_record_carries_its_trace_id(traced: LoggedServer) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    parent = f"00-{trace_id}-00f067aa0ba902b7-01"
+    post(
+        traced.http_port,
+        "/v2/models/add_sub/infer",
+        add_sub_body(),
+        {"traceparent": parent, "x-request-id": "t-1"},
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{traced.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        stub.ModelInfer(add_sub_message("t-2"), metadata=(("traceparent", parent),), timeout=30)
+
+    assert inference(traced, "t-1")["trace_id"] == trace_id
+    assert inference(traced, "t-2")["trace_id"] == trace_id
