@@ -50,7 +50,8 @@ HTTP_LIMIT_FLAGS: list[tuple[str, int, int | float, str]] = [
         "--http-slow-client-timeout-secs",
         1,
         _HTTP.slow_client_timeout_secs,
-        "seconds a request's line and headers may take to arrive; a slower client gets 408 and is cut off",
+        "seconds a request's line and headers may take to arrive, and the most between two pieces of its "
+        "body; a slower client gets 408 and is cut off",
     ),
     (
         "--http-max-json-depth",

@@ -147,6 +147,29 @@ def test_a_slowloris_client_is_cut_off_while_others_are_served(server: ServerPro
     assert b"--http-slow-client-timeout-secs" in answer
 
 
+def test_a_body_that_stops_arriving_is_cut_off_with_408(server: ServerProcess) -> None:
+    head = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=20) as sock:
+        sock.sendall(head + b'{"inputs": [')
+        started = time.monotonic()
+        answer = read_until_closed(sock)
+        assert SLOW_CLIENT_SECS - 0.5 <= time.monotonic() - started < SLOW_CLIENT_SECS + 5
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"request body" in answer
+    assert serves_others(server)
+
+
+def test_a_slow_but_steady_body_is_read(server: ServerProcess) -> None:
+    body = infer_body()
+    head = f"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=20) as sock:
+        sock.sendall(head.encode())
+        for start in range(0, len(body), len(body) // 3 + 1):  # each piece well inside the timeout
+            time.sleep(SLOW_CLIENT_SECS * 0.6)
+            sock.sendall(body[start : start + len(body) // 3 + 1])
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_silent_connection_is_cut_off_after_the_slow_client_timeout(server: ServerProcess) -> None:
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=20) as sock:
         started = time.monotonic()

@@ -5,8 +5,9 @@ forever, so a client sending a header a byte at a time (slowloris), or a megabyt
 memory and a connection for as long as it likes. :func:`limited_protocol` is that protocol with the
 limits of ``conch serve``'s ``--http-*`` flags, checked as the bytes arrive: a head over
 ``max_header_bytes`` or ``max_headers`` gets a 431, a head not complete ``slow_client_timeout_secs``
-after its first byte (or after the connection opened) a 408, a connection over ``max_connections`` a
-503, each with ``Connection: close``. A response sent before its request's body has all arrived (a
+after its first byte (or after the connection opened) a 408, and so does a body from which no byte
+came for that long (a slow POST); a connection over ``max_connections`` gets a 503; each with
+``Connection: close``. A response sent before its request's body has all arrived (a
 refused body, such as one over the body limit) closes the connection, so a body that never ends
 cannot keep it.
 
@@ -40,6 +41,7 @@ class _LimitedProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -55,6 +57,7 @@ class _LimitedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -88,12 +91,15 @@ class _LimitedProtocol(HttpToolsProtocol):
             return
         self._stop_head_timer()
         super().on_headers_complete()
+        self._start_body_timer()
 
     def on_body(self, body: bytes) -> None:
         if not self._refused and self.cycle is not None:
+            self._start_body_timer()
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._stop_body_timer()
         if not self._refused and self.cycle is not None:
             super().on_message_complete()
 
@@ -134,10 +140,40 @@ class _LimitedProtocol(HttpToolsProtocol):
             "s (--http-slow-client-timeout-secs)",
         )
 
+    def _start_body_timer(self) -> None:
+        self._stop_body_timer()
+        self._body_timer = self.loop.call_later(self.limits.slow_client_timeout_secs, self._body_too_slow)
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_too_slow(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return
+        if self.flow.read_paused:  # the server stopped reading (the app is behind): not the client's fault
+            self._start_body_timer()
+            return
+        # The app waiting for the rest of the body hears a disconnect, and its answer goes nowhere.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if cycle.response_started:
+            self.transport.close()
+            return
+        self._refuse(
+            408,
+            f"no byte of the request body arrived for {self.limits.slow_client_timeout_secs:g} s "
+            "(--http-slow-client-timeout-secs)",
+        )
+
     def _refuse(self, status: int, message: str) -> None:
         """Answers ``status`` with ``message`` as V2's ``{"error": ...}`` and closes the connection."""
         self._refused = True
         self._stop_head_timer()
+        self._stop_body_timer()
         if self.transport.is_closing():
             return
         body = b'{"error":"' + message.replace('"', "'").encode("ascii", "replace") + b'"}'
