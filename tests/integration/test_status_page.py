@@ -5,7 +5,7 @@ unload; the page must show the models and their states, a recent request rate, a
 release's weights and the unload event, load nothing from anywhere else, and fit a phone's width.
 With ``--auth jwt`` the page arrives without data, asks for a token, and shows the data once a token
 with the ``infer`` scope is given. Screenshots land in ``tests/artifacts/`` (git-ignored); the
-desktop one is copied to ``docs/images/status-page.png`` with ``CONCH_UPDATE_DOCS_IMAGES=1``.
+desktop one is copied to ``docs/images/status-page.png`` with ``UPDATE_DOCS_IMAGES=1``.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def test_the_page_shows_models_traffic_release_and_events(
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
-    if os.environ.get("CONCH_UPDATE_DOCS_IMAGES") == "1":  # the docs' copy changes only when asked
+    if os.environ.get("UPDATE_DOCS_IMAGES") == "1":  # the docs' copy changes only when asked
         shutil.copyfile(ARTIFACTS / "status-page.png", DOCS_IMAGE)
     assert all(url.startswith(origin + "/") for url in requested), requested  # nothing from elsewhere
     assert {url.removeprefix(origin) for url in requested} >= {"/", "/ui", "/ui/status.css", "/ui/status.js"}
