@@ -7,20 +7,17 @@ there is no per-request process or thread hand-off in the frontends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-import uvicorn
 import uvloop
 from prometheus_client.registry import Collector
 
@@ -32,9 +29,8 @@ from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYT
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
-from conch.frontends.http.coalesced_writes import holding_heads
-from conch.frontends.http.connection_limits import limited_protocol
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.uvicorn_server import uvicorn_server
 from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
@@ -123,14 +119,6 @@ def embedded_repository() -> Path:
         return Path(str(resources.files("conch.examples") / "model_repository"))
     except ModuleNotFoundError:
         return Path(__file__).resolve().parent.parent / "examples" / "model_repository"
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: :func:`serve` stops all three servers together."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def model_table(repository: ModelRepository) -> str:
@@ -390,21 +378,3 @@ def run(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
     """Serve on a fresh uvloop event loop (as one of several workers when ``worker`` is given)."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     uvloop.run(serve(settings, worker))
-
-
-def uvicorn_server(app: Any, limits: HttpLimits | None = None) -> uvicorn.Server:
-    """A uvicorn server for ``app`` on httptools with ``limits`` (conch's connection and request-head
-    limits, ``frontends/http/connection_limits.py``), started with ``serve(sockets=[...])``."""
-    limits = limits or HttpLimits()
-    # log_config=None: uvicorn's records go to the root handler (--log-format) instead of its own.
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        http=holding_heads(limited_protocol(limits)),
-        timeout_keep_alive=int(limits.idle_timeout_secs),
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
-        log_config=None,
-    )
-    return _Uvicorn(config)

@@ -33,11 +33,12 @@ import uvloop
 
 from conch.control_channel import ControlChannel
 from conch.core.errors import ConchError
+from conch.frontends.http.uvicorn_server import uvicorn_server
 from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.repository.config import parse_config
-from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run, uvicorn_server
+from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run
 
 log = logging.getLogger(__name__)
 
