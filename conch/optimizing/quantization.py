@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -127,8 +128,15 @@ def _split(feeds: Mapping[str, np.ndarray], batch_rows: int | None) -> Iterator[
 
 
 def _pre_processed(source: Path, target: Path) -> Path:
+    # Where its symbolic shape inference stops short, ONNX Runtime saves the half-inferred graph as
+    # sym_shape_infer_temp.onnx in the working folder: run it in a scratch folder, not the user's.
+    source, target = source.resolve(), target.resolve()
     try:
-        with _quiet_advice():
+        with (
+            _quiet_advice(),
+            tempfile.TemporaryDirectory(prefix="conch-quantize-") as scratch,
+            contextlib.chdir(scratch),
+        ):
             quant_pre_process(str(source), str(target), save_as_external_data=_has_external_data(source))
     except Exception as exc:  # shape inference raises whatever the graph's operators make it raise
         log.info("quantizing without ONNX Runtime's pre-processing, which failed: %s", exc)

@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,13 @@ BATCH = 32
 
 
 def conch_optimize(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The command, run from an empty folder that it must leave empty (ONNX Runtime's shape inference
+    once left sym_shape_infer_temp.onnx in the working folder)."""
     command = [sys.executable, "-m", "conch.cli.main", "optimize", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=folder)
+        assert not list(Path(folder).iterdir()), "conch optimize left files in the working folder"
+    return done
 
 
 @pytest.fixture(scope="module")
