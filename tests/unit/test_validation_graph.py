@@ -28,7 +28,7 @@ NOT_ONNX = np.random.default_rng(3).bytes(256)
 
 def test_version_without_its_model_file(tmp_path: Path) -> None:
     folder = model_folder(tmp_path, "m", identity_model(TensorProto.FLOAT), None)
-    (folder / "1" / "model.onnx").rename(folder / "1" / "model.pt")
+    (folder / "1" / "model.onnx").rename(folder / "1" / "model.bin")  # model.pt would be PyTorch
 
     findings = validate_model(folder)
 
