@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conch import __version__
-from conch.core import datatypes
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
@@ -26,9 +25,9 @@ from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import is_device_error
+from conch.router.fallback import business_answer, is_device_error
 from conch.router.release_split import ROUTE_KEY_PARAMETER
-from conch.router.router import Route, VersionRouter
+from conch.router.router import VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 from conch.scheduling.sequence_rules import refuse_sequence_parameters
 
@@ -243,7 +242,7 @@ class InferenceServer:
             raise UnavailableError("server is shutting down; send the request to another replica")
         route = self.router.route(request.model_name, request.model_version, _route_key(request))
         if route.version is None:
-            return self._business_answer(request, route)
+            return business_answer(request, route)
         served = route.version
         if served.decoupled:
             raise InvalidArgumentError(
@@ -287,10 +286,7 @@ class InferenceServer:
             model_name=request.model_name,
             model_version=str(served.version),
             id=request.id,
-            outputs=[
-                Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n])
-                for n in scheduled.output_names
-            ],
+            outputs=[Tensor.of(n, outputs[n]) for n in scheduled.output_names],
             parameters=route.parameters,
             queue_ns=scheduled.queue_ns,
             compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
@@ -360,9 +356,7 @@ class InferenceServer:
                     model_name=request.model_name,
                     model_version=str(served.version),
                     id=request.id,
-                    outputs=[
-                        Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in names
-                    ],
+                    outputs=[Tensor.of(n, outputs[n]) for n in names],
                     queue_ns=scheduled.queue_ns,
                     compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
                 )
@@ -373,27 +367,6 @@ class InferenceServer:
             stats.pending -= 1
             self.in_flight.leave()
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
-
-    def _business_answer(self, request: InferenceRequest, route: Route) -> InferenceResponse:
-        """The BUSINESS fallback: the configured default for each row, for the outputs asked for."""
-        model = route.model
-        assert model is not None and model.fallback is not None
-        known = model.fallback.business_default
-        wanted = [o.name for o in request.outputs] or sorted(known)
-        unknown = [name for name in wanted if name not in known]
-        if unknown:
-            raise InvalidArgumentError(
-                f"unexpected inference output(s) {unknown} for model '{model.name}'; its outputs are "
-                f"{sorted(known)}"
-            )
-        outputs = route.business_outputs(request.batch_size(model.max_batch_size > 0))
-        return InferenceResponse(
-            model_name=request.model_name,
-            model_version="",
-            id=request.id,
-            outputs=[Tensor(n, datatypes.from_numpy(outputs[n].dtype).name, outputs[n]) for n in wanted],
-            parameters=route.parameters,
-        )
 
 
 def _route_key(request: InferenceRequest) -> str | None:

@@ -27,6 +27,14 @@ class Tensor:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.data.shape)
 
+    @classmethod
+    def of(cls, name: str, data: np.ndarray) -> Tensor:
+        """``data`` as the tensor ``name``, its V2 datatype read off the array's dtype."""
+        # Imported here: datatypes brings tritonclient, which conch serve must not import to parse its flags.
+        from conch.core.datatypes import from_numpy
+
+        return cls(name, from_numpy(data.dtype).name, data)
+
 
 @dataclass(frozen=True, slots=True)
 class SharedMemoryRef:

@@ -16,13 +16,12 @@ from typing import Any
 import orjson
 
 from conch.core.errors import InvalidArgumentError, NotFoundError
+from conch.frontends.http.replies import Reply
 from conch.gateway.scopes import Grant
 from conch.observability import events
 from conch.server import InferenceServer
 from conch.status_page.sampling import current_snapshot, recent_traffic_of
 from conch.status_page.summary import status_summary
-
-Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 PAGE_PATH = "/ui"
 DATA_PATH = "/ui/status.json"

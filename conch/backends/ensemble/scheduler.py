@@ -24,7 +24,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.ensemble.plan import EnsemblePlan, EnsembleStep
 from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.backends.kinds import ENSEMBLE_PLATFORM
-from conch.core import datatypes
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from conch.observability.statistics import ModelStatistics
@@ -147,7 +146,7 @@ class EnsembleScheduler:
         trace: RequestTrace | None = None,
     ) -> dict[str, np.ndarray]:
         inputs = [
-            Tensor(model_input, datatypes.from_numpy(tensors[tensor].dtype).name, tensors[tensor])
+            Tensor.of(model_input, tensors[tensor])
             for model_input, tensor in step.input_map.items()
             if tensor in tensors
         ]

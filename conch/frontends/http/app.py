@@ -8,16 +8,28 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
-
-import orjson
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceResponse
 from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.replies import (
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    error_reply,
+    get_json,
+    header_length,
+    json_reply,
+    lifespan,
+    refusal,
+    request_header,
+    require,
+)
 from conch.frontends.http.request_log import is_inference, watched_send
 from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
 from conch.frontends.inference import answer as answer_request
@@ -35,10 +47,6 @@ from conch.status_page.page import StatusPage, is_status_path
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 _NOT_READY = 503
 #: Where :meth:`HttpFrontend._admit` leaves a token's grant for the listings to filter.
@@ -77,7 +85,7 @@ class HttpFrontend:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -89,7 +97,7 @@ class HttpFrontend:
             try:
                 admitted = self._admit(scope)
             except ConchError as exc:
-                status, body, headers = _refusal(exc)
+                status, body, headers = refusal(exc)
                 await self._send(send, status, body, await self._unread_body(tracked, headers))
                 return
         if scope["path"].endswith("/generate_stream"):
@@ -98,10 +106,10 @@ class HttpFrontend:
         try:
             status, body, headers = await self._dispatch(scope, receive)
         except ConchError as exc:
-            status, body, headers = _refusal(exc)
+            status, body, headers = refusal(exc)
         except Exception:
             log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-            status, body, headers = _error(ErrorKind.INTERNAL.http_status, "internal server error")
+            status, body, headers = error_reply(ErrorKind.INTERNAL.http_status, "internal server error")
         if admitted:
             headers.extend(admitted)
         await self._send(send, status, body, await self._unread_body(tracked, headers))
@@ -130,7 +138,9 @@ class HttpFrontend:
         call = http_call(scope["method"], scope["path"])
         client = scope.get("client")
         peer = str(client[0]) if client else ""
-        grant, headers = self.gateway.admit("HTTP", call, lambda name: _header(scope, name.encode()), peer)
+        grant, headers = self.gateway.admit(
+            "HTTP", call, lambda name: request_header(scope, name.encode()), peer
+        )
         if call.listing and not grant.every_model:
             scope[GRANT_KEY] = grant
         return [(name.encode(), value.encode("latin-1")) for name, value in headers]
@@ -144,23 +154,25 @@ class HttpFrontend:
             raise NotFoundError(f"no route for {scope['path']}")
         route = parts[1:]
         if not route:
-            return _get_json(method, self.server.metadata)
+            return get_json(method, self.server.metadata)
         if route == ["openapi.yaml"]:
-            _require(method, "GET")
+            require(method, "GET")
             return 200, openapi.document(), [(b"content-type", openapi.CONTENT_TYPE)]
         if route == ["health", "deep"]:
-            _require(method, "GET")
+            require(method, "GET")
             evaluation = await self.deep_health.evaluate()
-            return _json(200 if evaluation.healthy else _NOT_READY, evaluation.to_json())
+            return json_reply(200 if evaluation.healthy else _NOT_READY, evaluation.to_json())
         if route[0] == "health" and len(route) == 2 and route[1] in ("live", "ready"):
-            _require(method, "GET")
+            require(method, "GET")
             if route[1] == "live":
-                return (200, b"", []) if self.server.live() else _error(_NOT_READY, "server is not live")
+                return (200, b"", []) if self.server.live() else error_reply(_NOT_READY, "server is not live")
             return (
-                (200, b"", []) if self.server.ready() else _error(_NOT_READY, self.server.not_ready_reason())
+                (200, b"", [])
+                if self.server.ready()
+                else error_reply(_NOT_READY, self.server.not_ready_reason())
             )
         if route == ["repository", "index"]:
-            _require(method, "POST")
+            require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
             ready_only = self._body_object(body).get("ready", False)
             if not isinstance(ready_only, bool):
@@ -169,9 +181,9 @@ class HttpFrontend:
             grant = scope.get(GRANT_KEY)
             if grant is not None:
                 entries = [entry for entry in entries if grant.may_see(entry["name"])]
-            return _json(200, entries)
+            return json_reply(200, entries)
         if len(route) == 4 and route[:2] == ["repository", "models"] and route[3] in ("load", "unload"):
-            _require(method, "POST")
+            require(method, "POST")
             body = await read_body(scope, receive, self.max_body_bytes)
             parameters = self._body_object(body).get("parameters", {})
             if not isinstance(parameters, dict):
@@ -184,17 +196,17 @@ class HttpFrontend:
         if route[0] in ("systemsharedmemory", "cudasharedmemory"):
             return await self._shared_memory_route(scope, receive, method, route)
         if route == ["models", "stats"]:
-            _require(method, "GET")
+            require(method, "GET")
             stats = await self.server.statistics()
             grant = scope.get(GRANT_KEY)
             if grant is not None:
                 stats["model_stats"] = [s for s in stats["model_stats"] if grant.may_see(s["name"])]
-            return _json(200, stats)
+            return json_reply(200, stats)
         if route[0] == "models" and len(route) >= 2:
             return await self._model_route(scope, receive, method, route[1], route[2:])
         if route == ["logging"]:
             body = await read_body(scope, receive, self.max_body_bytes) if method == "POST" else b""
-            return _json(200, log_settings.answer(method, self._body_object(body)))
+            return json_reply(200, log_settings.answer(method, self._body_object(body)))
         raise NotFoundError(f"no route for {scope['path']}")
 
     async def _model_route(
@@ -207,25 +219,25 @@ class HttpFrontend:
             return await self._release_route(scope, receive, method, name, rest[1:])
         action = rest[0] if len(rest) == 1 else "" if not rest else None
         if action == "":
-            return _get_json(method, lambda: self.server.model_metadata(name, version))
+            return get_json(method, lambda: self.server.model_metadata(name, version))
         if action == "ready":
-            _require(method, "GET")
+            require(method, "GET")
             ready = self.server.model_ready(name, version)
-            return (200, b"", []) if ready else _error(_NOT_READY, f"model '{name}' is not ready")
+            return (200, b"", []) if ready else error_reply(_NOT_READY, f"model '{name}' is not ready")
         if action == "config":
-            return _get_json(method, lambda: self.server.model_config(name, version))
+            return get_json(method, lambda: self.server.model_config(name, version))
         if action == "stats":
-            _require(method, "GET")
-            return _json(200, await self.server.statistics(name, version))
+            require(method, "GET")
+            return json_reply(200, await self.server.statistics(name, version))
         if action == "infer":
-            _require(method, "POST")
+            require(method, "POST")
             if tracing.tracer is not None:
                 return await tracing.http_request(
                     scope, name, version, lambda trace: self._infer(scope, receive, name, version, trace)
                 )
             return await self._infer(scope, receive, name, version)
         if action == "generate":
-            _require(method, "POST")
+            require(method, "POST")
             return await self._generate(scope, receive, name, version)
         raise NotFoundError(f"no route for {scope['path']}")
 
@@ -241,7 +253,7 @@ class HttpFrontend:
                 f"exactly one; use POST /v2/models/{name}/generate_stream"
             )
         assert isinstance(responses[0], InferenceResponse)
-        return _json(200, generate.encode_generate(responses[0]))
+        return json_reply(200, generate.encode_generate(responses[0]))
 
     async def _generate_responses(
         self, scope: Scope, receive: Receive, name: str, version: str
@@ -258,7 +270,7 @@ class HttpFrontend:
         """``/generate_stream``: each response as a server-sent event as it comes. An error before
         the first is a plain JSON error with its status; after it, an ``error`` event."""
         parts = scope["path"].strip("/").split("/")
-        status, body, headers = _error(404, f"no route for {scope['path']}")
+        status, body, headers = error_reply(404, f"no route for {scope['path']}")
         responses: AsyncIterator[InferenceResponse | ConchError] | None = None
         first: InferenceResponse | ConchError | None = None
         try:
@@ -267,13 +279,13 @@ class HttpFrontend:
                 and len(parts) in (4, 6)
                 and (len(parts) == 4 or parts[3] == "versions")
             ):
-                _require(scope["method"], "POST")
+                require(scope["method"], "POST")
                 responses = self._generate_responses(
                     scope, receive, parts[2], parts[4] if len(parts) == 6 else ""
                 )
                 first = await anext(responses, None)
         except ConchError as exc:
-            status, body, headers = _refusal(exc)
+            status, body, headers = refusal(exc)
             responses = None
         if responses is None:
             await self._send(send, status, body, headers)
@@ -308,7 +320,7 @@ class HttpFrontend:
         if parsed is None:
             raise NotFoundError(f"no route for {scope['path']}")
         region, action = parsed
-        _require(method, "GET" if action == "status" else "POST")
+        require(method, "GET" if action == "status" else "POST")
         if route[0] == "cudasharedmemory":
             if action == "unregister":  # nothing can be registered, so nothing is left registered
                 return 200, b"", []
@@ -316,20 +328,20 @@ class HttpFrontend:
         body = await read_body(scope, receive, self.max_body_bytes) if action == "register" else b""
         document = self._body_object(body)
         answer = shared_memory_routes.answer(self.regions, region, action, document)
-        return (200, b"", []) if answer is None else _json(200, answer)
+        return (200, b"", []) if answer is None else json_reply(200, answer)
 
     async def _release_route(
         self, scope: Scope, receive: Receive, method: str, name: str, action: list[str]
     ) -> Reply:
         """``GET|POST /v2/models/{m}/release`` and ``POST /v2/models/{m}/release/{action}``."""
         if not action and method == "GET":
-            return _json(200, self.server.release_status(name))
-        _require(method, "POST")
+            return json_reply(200, self.server.release_status(name))
+        require(method, "POST")
         if action:
-            return _json(200, self.server.release_action(name, action[0]))
+            return json_reply(200, self.server.release_action(name, action[0]))
         body = await read_body(scope, receive, self.max_body_bytes)
         document = infer_codec.load_json_object(body, self.json_depth)
-        return _json(200, self.server.start_release(name, document))
+        return json_reply(200, self.server.start_release(name, document))
 
     def _body_object(self, body: bytes) -> dict[str, Any]:
         """A JSON object body, ``{}`` when there is none (the optional bodies of index, load, register)."""
@@ -340,16 +352,16 @@ class HttpFrontend:
     ) -> Reply:
         self.server.repository.model(name)  # 404 before reading a large body (a fallback may still answer)
         body = await read_body(scope, receive, self.max_body_bytes)
-        header_length = _header_length(scope)
+        json_length = header_length(scope)
         leases = RegionLeases(self.regions)
         try:
             if trace is not None:
                 trace.begin("decode")
-            request = infer_codec.decode_request(body, header_length, name, version, leases, self.json_depth)
+            request = infer_codec.decode_request(body, json_length, name, version, leases, self.json_depth)
             if trace is not None:
                 trace.end_stage()
                 request.trace = trace
-            route_key = _header(scope, ROUTE_KEY_HEADER_BYTES)
+            route_key = request_header(scope, ROUTE_KEY_HEADER_BYTES)
             response = await answer_request(self.server, request, leases, "HTTP end point", route_key)
         finally:
             leases.release()
@@ -369,53 +381,3 @@ class HttpFrontend:
         if encoding is not None:
             headers.append((b"content-encoding", encoding))
         return 200, payload, headers
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    """A request header's value (ASGI lowercases names), or None."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
-def _header_length(scope: Scope) -> int | None:
-    for key, value in scope["headers"]:
-        if key == b"inference-header-content-length":
-            return infer_codec.header_length(value)
-    return None
-
-
-def _require(method: str, allowed: str) -> None:
-    if method != allowed:
-        raise InvalidArgumentError(f"method {method} is not allowed here; use {allowed}")
-
-
-def _get_json(method: str, produce: Callable[[], Any]) -> Reply:
-    _require(method, "GET")
-    return _json(200, produce())
-
-
-def _json(status: int, document: Any) -> Reply:
-    return status, orjson.dumps(document), [(b"content-type", b"application/json")]
-
-
-def _error(status: int, message: str) -> Reply:
-    return _json(status, {"error": message})
-
-
-def _refusal(exc: ConchError) -> Reply:
-    """A ConchError's answer: its status, ``{"error": message}`` and the headers it carries."""
-    status, body, headers = _error(exc.kind.http_status, exc.message)
-    headers.extend((name.encode(), value.encode("latin-1")) for name, value in exc.headers)
-    return status, body, headers
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -14,14 +14,12 @@ it was: a record's object, its context and a generated id cost the default path 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
+from conch.frontends.http.replies import Send
 from conch.observability.inference_log import REQUEST_ID_HEADER, InferenceLog, begin, usable_id
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _HEADER = REQUEST_ID_HEADER.encode()
 _ENDPOINTS = ("/infer", "/generate", "/generate_stream")

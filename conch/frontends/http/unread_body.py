@@ -12,10 +12,9 @@ connection instead of parsing the rest.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
+from conch.frontends.http.replies import Receive
 
 CLOSE_HEADER = (b"connection", b"close")
 
