@@ -21,6 +21,7 @@ figures are indicative.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=32, help="concurrent connections (default 32)")
     parser.add_argument("--protocols", default="http", help="http, grpc or http,grpc (default http)")
     parser.add_argument("--ratio", default="1.0", help="the 'on' server's --trace-sample-ratio (default 1.0)")
+    parser.add_argument(
+        "--handler",
+        action="store_true",
+        help="only the in-process gRPC handler's CPU per call (bench.tracing_handler)",
+    )
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help="the servers to run, of baseline,off,on (default all)"
+    )
     parser.add_argument(
         "--baseline", default="", help="a commit or a folder without tracing (default: the commit before it)"
     )
@@ -131,6 +140,34 @@ def server_for(
     return ServerProcess(config, command, ports, logs / f"{config}.log", cwd=tree)
 
 
+def handler_rounds(rounds: int, repository: Path, baseline: Path, current: Path) -> int:
+    """``bench.tracing_handler`` in each tree, alternating: CPU us per ModelInfer call, in process."""
+    script = Path(__file__).with_name("tracing_handler.py")
+    figures: dict[str, list[float]] = {config: [] for config in CONFIGS}
+    with otlp_sink() as (sink, _):
+        for number in range(rounds):
+            for config in CONFIGS if number % 2 == 0 else tuple(reversed(CONFIGS)):
+                command = [sys.executable, str(script), str(repository)]
+                command += ["--traced", sink] if config == "on" else []
+                tree = baseline if config == "baseline" else current
+                done = subprocess.run(
+                    command, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True
+                )
+                if done.returncode != 0:
+                    raise SystemExit(f"bench.tracing_handler failed in {tree}:\n{done.stderr[-2000:]}")
+                figures[config].append(float(done.stdout.split()[-1]))
+                print(
+                    f"round {number + 1} handler {config:8} {figures[config][-1]:7.1f} us CPU per call",
+                    flush=True,
+                )
+    print("\n| in-process ModelInfer | off / baseline | on (ratio 1.0) / baseline | on / off |")
+    print("|---|---|---|---|")
+    pairs = [(1, 0), (2, 0), (2, 1)]
+    values = [[figures[c][n] for c in CONFIGS] for n in range(rounds)]
+    print(f"| CPU per call | {' | '.join(ratio_cell([r[a] / r[b] for r in values]) for a, b in pairs)} |")
+    return 0
+
+
 def ratio_cell(ratios: list[float]) -> str:
     if not ratios:
         return "n/a"
@@ -148,10 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.current) if Path(args.current).is_dir() else unpack(args.current, work / "current")
         )
         repository = write_conch_repository(work / "models", [MODEL])
+        if args.handler:
+            return handler_rounds(args.rounds, repository, baseline, current)
         results: dict[tuple[str, str], list[tuple[LoadResult, ServerTimes]]] = {}
         with otlp_sink() as (sink, received):
             for number in range(args.rounds):
-                order = list(CONFIGS) if number % 2 == 0 else list(reversed(CONFIGS))
+                chosen = [c for c in CONFIGS if c in args.configs.split(",")]
+                order = chosen if number % 2 == 0 else list(reversed(chosen))
                 for protocol in protocols:
                     for config in order:
                         tree = baseline if config == "baseline" else current
@@ -173,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"| protocol | figure | off / baseline | on (ratio {args.ratio}) / baseline | on / off |")
     print("|---|---|---|---|---|")
     for protocol in protocols:
-        rounds = list(zip(*(results[protocol, c] for c in CONFIGS), strict=True))
+        empty = [(LoadResult.failed("not run"), ServerTimes())] * args.rounds
+        rounds = list(zip(*(results.get((protocol, c), empty) for c in CONFIGS), strict=True))
         for figure in ("requests/s", "server CPU us/request"):
             cells = []
             for a, b in ((1, 0), (2, 0), (2, 1)):
