@@ -31,6 +31,7 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/pytest -q
 
 bench: $(TEST_STAMP)
+	$(VENV)/bin/pip install -q -e '.[bench]'
 	command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 
