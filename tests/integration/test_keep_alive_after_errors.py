@@ -1,5 +1,6 @@
-"""A request refused before its body was read (unknown model, wrong method, an unknown version) leaves the kept-alive
-connection usable: the client's next request on the same socket is answered, not reset."""
+"""A request refused before its body was read (unknown model, wrong method, an unknown version)
+leaves the kept-alive connection usable: the client's next request on the same socket is answered,
+not reset."""
 
 from __future__ import annotations
 
