@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.cli.deploy_monitoring import add_monitoring_target
+from conch.cli.deploy_monitoring import add_monitoring_target, checked_repository
 
 #: ``conch deploy <target>``: the function that adds the target's parser (and sets its ``run``).
 TARGETS: dict[str, Callable[[Any], None]] = {}
@@ -132,31 +132,21 @@ TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve, monitorin
 
 
 def _run_kubernetes(args: argparse.Namespace) -> int:
-    from conch.cli.progress import Steps
     from conch.deploy.manifests import build_files
-    from conch.deploy.repository_check import check_repository, gpu_warning
+    from conch.deploy.repository_check import gpu_warning
     from conch.deploy.settings import DeploySettingsError, read_deploy_file, resolve
     from conch.deploy.writer import write_manifests
     from conch.validation import NotAModelOrRepositoryError, model_folders
-    from conch.validation.report import as_table
 
     try:
         file_values = read_deploy_file(args.config) if args.config else {}
         models = len(model_folders(args.repository))
-        with Steps(models, prefix="conch deploy: ") as steps:
-            steps.step(f"checking {args.repository}")
-            facts = check_repository(args.repository, steps.step, steps.advance)
     except (DeploySettingsError, NotAModelOrRepositoryError) as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2
-    if facts.has_errors:
-        print(as_table(facts.models, facts.findings))
-        print(
-            f"conch deploy: {args.repository} does not validate; fix the errors above (conch validate "
-            "checks it alone), then deploy again. Nothing was written.",
-            file=sys.stderr,
-        )
-        return 1
+    facts = checked_repository(args.repository, models)
+    if isinstance(facts, int):
+        return facts
     try:
         settings = resolve(args.repository, vars(args), file_values, facts.shm_size, facts.releases)
     except DeploySettingsError as exc:

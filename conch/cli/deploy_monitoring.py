@@ -13,10 +13,13 @@ import argparse
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conch.deploy.monitoring.alerts import DEFAULT_RUNBOOK_BASE, DEFAULT_SELECTOR
 from conch.deploy.monitoring.thresholds import THRESHOLD_FLAGS, AlertThresholds
+
+if TYPE_CHECKING:
+    from conch.deploy.repository_check import RepositoryFacts
 
 
 def add_monitoring_target(targets: Any) -> None:
@@ -86,9 +89,9 @@ def _run_monitoring(args: argparse.Namespace) -> int:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2
     if args.repository is not None:
-        refused = _check(args.repository)
-        if refused:
-            return refused
+        checked = checked_repository(args.repository)
+        if isinstance(checked, int):
+            return checked
     written = write_monitoring(
         args.output,
         thresholds,
@@ -103,17 +106,19 @@ def _run_monitoring(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(repository: Path) -> int:
-    """0 when ``repository`` validates; else the findings are printed and the exit code returned."""
+def checked_repository(repository: Path, models: int | None = None) -> RepositoryFacts | int:
+    """The facts of ``repository`` once it validates (``models``: how many a bar counts); else the
+    exit code, after printing why: 2 when it is no model or repository, 1 with the validator's
+    findings. Both ``conch deploy kubernetes`` and ``conch deploy monitoring`` check this way."""
     from conch.cli.progress import Steps
     from conch.deploy.repository_check import check_repository
     from conch.validation import NotAModelOrRepositoryError
     from conch.validation.report import as_table
 
     try:
-        with Steps(prefix="conch deploy: ") as steps:
+        with Steps(models, prefix="conch deploy: ") as steps:
             steps.step(f"checking {repository}")
-            facts = check_repository(repository, steps.step)
+            facts = check_repository(repository, steps.step, steps.advance if models else None)
     except NotAModelOrRepositoryError as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
         return 2
@@ -125,4 +130,4 @@ def _check(repository: Path) -> int:
             file=sys.stderr,
         )
         return 1
-    return 0
+    return facts
