@@ -44,12 +44,18 @@ def gateway_for(settings: GatewaySettings, server: Any) -> Gateway | None:
     def known() -> Collection[str]:
         return repository.models.keys()  # type: ignore[no-any-return]
 
+    # A model's own limit, read from its config once per loaded config, not on every request.
+    read: dict[str, tuple[Any, Limit | None]] = {}
+
     def model_limit(name: str) -> Limit | None:
         model = repository.models.get(name)
         if model is None or not model.versions:
             return None
-        version = next(iter(model.versions.values()))
-        return limit_from_parameters(name, version.config.parameters)
+        config = next(iter(model.versions.values())).config
+        known = read.get(name)
+        if known is None or known[0] is not config:
+            known = read[name] = (config, limit_from_parameters(name, config.parameters))
+        return known[1]
 
     gateway = Gateway(settings, Sources(known, model_limit, lambda: server.in_flight.count))
     if gateway.verifier is not None:

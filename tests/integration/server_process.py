@@ -24,6 +24,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """The server exited because one of its ports was taken between choosing and binding it."""
+
+
 def conch_command() -> str:
     """The ``conch`` command that installing the package put beside this interpreter."""
     return str(Path(sys.executable).with_name("conch"))
@@ -73,7 +77,22 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self, log_dir: Path, timeout: float = 60.0) -> ServerProcess:
-        """Start the server and wait until its HTTP port answers ``/v2/health/live``."""
+        """Start the server and wait until its HTTP port answers ``/v2/health/live``.
+
+        A port chosen free can be taken before the server binds it (a client's outgoing connection
+        draws its local port from the same range): a server that exits because it cannot listen is
+        started again on three new ports, twice at most.
+        """
+        for attempt in range(3):
+            try:
+                return self._start(log_dir, timeout)
+            except PortTaken:
+                if attempt == 2:
+                    raise
+                self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self, log_dir: Path, timeout: float) -> ServerProcess:
         script = str(Path(self.python).with_name("conch"))
         command = [script] if self.console_script else [self.python, "-m", "conch.cli.main"]
         command.append("serve")
@@ -100,7 +119,8 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"conch serve exited with {self.process.returncode}:\n{self.log()}")
+                failure = PortTaken if "conch: cannot listen on" in self.log() else RuntimeError
+                raise failure(f"conch serve exited with {self.process.returncode}:\n{self.log()}")
             if self._live():
                 return self
             time.sleep(0.1)
