@@ -29,7 +29,7 @@ import psutil
 
 from bench.models import MODELS, write_conch_repository
 from bench.peers import serve_conch
-from bench.run import RESULTS, conch_revision, describe_machine
+from bench.run import RESULTS, conch_revision, describe_machine, write_report
 from bench.servers import ServerProcess
 
 MODEL = "tiny"
@@ -265,11 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "unknown model (404); error_grpc: an unknown model (NOT_FOUND)",
         f"- RSS (psutil) of the server process and its children every {args.sample_every:,} requests",
     ]
-    text = "\n".join(lines) + "\n"
-    path = args.results_dir / f"{stem}.md"
-    path.write_text(text)
-    print(text)
-    print(f"bench.memory_growth: written to {path}")
+    write_report("\n".join(lines) + "\n", args.results_dir, f"{stem}.md", "bench.memory_growth")
     return 0 if verdict == "met" else 1
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from conch.frontends.http.replies import Send
+from conch.frontends.http.replies import Send, request_header
 from conch.observability.inference_log import REQUEST_ID_HEADER, InferenceLog, begin, usable_id
 
 _HEADER = REQUEST_ID_HEADER.encode()
@@ -33,7 +33,7 @@ def is_inference(path: str) -> bool:
 def watched_send(journal: InferenceLog | None, scope: dict[str, Any], send: Send) -> Send:
     """``send`` for an inference's answer: recording it in ``journal``, or only echoing the client's
     request id; ``send`` itself when there is neither."""
-    header = _header(scope)
+    header = request_header(scope, _HEADER)
     if journal is not None:
         return InferenceExchange(journal, scope, send, header).send
     if not usable_id(header):
@@ -72,13 +72,6 @@ class InferenceExchange:
         await self._send(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
             self._journal.finish(record, self._status)
-
-
-def _header(scope: dict[str, Any]) -> str | None:
-    for key, value in scope["headers"]:
-        if key == _HEADER:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 def _model_of(path: str) -> tuple[str, str]:
