@@ -7,6 +7,7 @@ the call without reading server logs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -25,63 +26,131 @@ def validate_request(
     ``max_batch_size_completed`` says the server chose ``max_batch_size`` (auto-complete) rather than
     ``config.pbtxt``, so a batch over it is told to raise ``--default-max-batch-size`` instead.
     """
-    model = config.name
-    expected = {entry.name: entry for entry in config.input}
+    rules = _rules_of(config)
+    expected = rules.inputs
     inputs: dict[str, np.ndarray] = {}
     for tensor in request.inputs:
         name = tensor.name
-        entry = expected.get(name)
-        if entry is None:  # perhaps the DataFrame column export renamed
+        rule = expected.get(name)
+        if rule is None:  # perhaps the DataFrame column export renamed
             name = input_aliases(config).get(name, name)
-            entry = expected.get(name)
-        if entry is None:
+            rule = expected.get(name)
+        if rule is None:
             raise InvalidArgumentError(
-                f"unexpected inference input '{tensor.name}' for model '{model}'; "
+                f"unexpected inference input '{tensor.name}' for model '{config.name}'; "
                 f"its inputs are {sorted(expected)}{did_you_mean(tensor.name, expected)}"
             )
         if name in inputs:
             raise InvalidArgumentError(f"input '{name}' is given more than once")
-        want = datatypes.from_config_type(entry.data_type).name
-        if tensor.datatype != want:
+        if tensor.datatype != rule.datatype:
+            want = datatypes.from_config_type(rule.config_type).name  # a type conch lacks: its 400
             raise InvalidArgumentError(
-                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
-                f"expects '{want}'; send it as {want}"
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
+                f"'{config.name}' expects '{want}'; send it as {want}"
             )
         inputs[name] = tensor.data
-    missing = [name for name, entry in expected.items() if name not in inputs and not entry.optional]
-    if missing:
-        raise InvalidArgumentError(_missing_inputs(config, list(inputs), missing))
-    _check_shapes(inputs, config, max_batch_size_completed)
-    return inputs, _output_names(request, config)
+    for name in rules.required:
+        if name not in inputs:
+            missing = [each for each in rules.required if each not in inputs]
+            raise InvalidArgumentError(_missing_inputs(config, list(inputs), missing))
+    _check_shapes(inputs, rules, config, max_batch_size_completed)
+    return inputs, _output_names(request, rules, config)
+
+
+@dataclass(frozen=True, slots=True)
+class _InputRule:
+    """One ``input`` entry of a config, read off the protobuf once."""
+
+    config_type: int
+    #: The V2 name of ``config_type``; None for a type conch does not support (refused when checked).
+    datatype: str | None
+    dims: tuple[int, ...]
+    optional: bool
+    #: No -1 among ``dims``: a shape fits only when it equals them.
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What :func:`validate_request` reads of a config.
+
+    Reading a protobuf field costs far more than a dataclass attribute (each repeated entry is a new
+    wrapper object): at one input and one output, reading the config on every request cost about 4 us
+    of the 5 us the checks took.
+    """
+
+    #: By name, in config order; a name given twice keeps its last entry, as a dict built from them.
+    inputs: dict[str, _InputRule]
+    #: Every entry in config order, for the shape checks.
+    entries: tuple[tuple[str, _InputRule], ...]
+    required: tuple[str, ...]
+    outputs: tuple[str, ...]
+    max_batch_size: int
+
+    @classmethod
+    def of(cls, config: mc.ModelConfig) -> _Rules:
+        entries = tuple((entry.name, _input_rule(entry)) for entry in config.input)
+        inputs = dict(entries)
+        return cls(
+            inputs=inputs,
+            entries=entries,
+            required=tuple(name for name, rule in inputs.items() if not rule.optional),
+            outputs=tuple(entry.name for entry in config.output),
+            max_batch_size=config.max_batch_size,
+        )
+
+
+def _input_rule(entry: mc.ModelInput) -> _InputRule:
+    try:
+        datatype: str | None = datatypes.from_config_type(entry.data_type).name
+    except InvalidArgumentError:
+        datatype = None
+    dims = tuple(entry.dims)
+    return _InputRule(entry.data_type, datatype, dims, entry.optional, -1 not in dims)
+
+
+#: Rules by the serialized config: equal bytes are an equal config, so a config changed in place
+#: (auto-complete, a test's edit) is never checked by stale rules. Serializing costs ~0.3 us.
+_RULES: dict[bytes, _Rules] = {}
+_MOST_RULES = 256
+
+
+def _rules_of(config: mc.ModelConfig) -> _Rules:
+    key = config.SerializeToString()
+    rules = _RULES.get(key)
+    if rules is None:
+        if len(_RULES) >= _MOST_RULES:
+            _RULES.clear()
+        rules = _RULES[key] = _Rules.of(config)
+    return rules
 
 
 def _check_shapes(
-    inputs: dict[str, np.ndarray], config: mc.ModelConfig, max_batch_size_completed: bool
+    inputs: dict[str, np.ndarray], rules: _Rules, config: mc.ModelConfig, max_batch_size_completed: bool
 ) -> None:
-    batching = config.max_batch_size > 0
+    limit = rules.max_batch_size
+    batching = limit > 0
     batch_sizes = set()
-    for entry in config.input:
-        array = inputs.get(entry.name)
+    for name, rule in rules.entries:
+        array = inputs.get(name)
         if array is None:
             continue
         shape = array.shape
-        dims = list(entry.dims)
-        if batching and not shape:
-            raise InvalidArgumentError(_unexpected_shape(config, entry.name, [], dims))
         if batching:
-            if shape[0] < 1:
+            if not shape:
+                raise InvalidArgumentError(_unexpected_shape(config, name, [], list(rule.dims)))
+            rows = shape[0]
+            if rows < 1:
                 raise InvalidArgumentError(
-                    f"input '{entry.name}' for model '{config.name}' needs a batch dimension >= 1, "
+                    f"input '{name}' for model '{config.name}' needs a batch dimension >= 1, "
                     f"got shape {list(shape)}"
                 )
-            if shape[0] > config.max_batch_size:
-                raise InvalidArgumentError(
-                    _batch_too_large(config, entry.name, shape[0], max_batch_size_completed)
-                )
-        if not _dims_match(shape[1:] if batching else shape, dims):
-            raise InvalidArgumentError(_unexpected_shape(config, entry.name, list(array.shape), dims))
-        if batching:
-            batch_sizes.add(shape[0])
+            if rows > limit:
+                raise InvalidArgumentError(_batch_too_large(config, name, rows, max_batch_size_completed))
+            batch_sizes.add(rows)
+            shape = shape[1:]
+        if not (shape == rule.dims if rule.exact else _dims_match(shape, rule.dims)):
+            raise InvalidArgumentError(_unexpected_shape(config, name, list(array.shape), list(rule.dims)))
     if len(batch_sizes) > 1:
         raise InvalidArgumentError(
             f"inputs of one request must share one batch size, got {sorted(batch_sizes)}"
@@ -148,8 +217,8 @@ def _dims_match(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
 
-def _output_names(request: InferenceRequest, config: mc.ModelConfig) -> list[str]:
-    known = [entry.name for entry in config.output]
+def _output_names(request: InferenceRequest, rules: _Rules, config: mc.ModelConfig) -> list[str]:
+    known = list(rules.outputs)
     if not request.outputs:
         return known
     names: list[str] = []

@@ -197,3 +197,32 @@ def test_model_without_batching_checks_the_full_shape() -> None:
         "does not batch",
     ):
         validate_request(request(image(batch=1), one_ids), config)
+
+
+def test_a_config_changed_in_place_is_checked_by_its_new_rules() -> None:
+    """The rules read off a config are kept, so a config edited after a request (auto-complete does
+    this at load) must not be checked by the rules of its old contents."""
+    config = mc.ModelConfig()
+    config.CopyFrom(CONFIG)
+    validate_request(request(image(), ids()), config)
+
+    config.input[0].dims[0] = 5
+
+    with pytest.raises(InvalidArgumentError, match=re.escape("Expected [-1,5], got [2,4]")):
+        validate_request(request(image(), ids()), config)
+    validate_request(request(image(width=5), ids()), config)
+
+
+def test_an_input_type_conch_lacks_is_refused_when_the_input_is_checked() -> None:
+    config = mc.ModelConfig()
+    config.CopyFrom(CONFIG)
+    config.input[0].data_type = mc.TYPE_BF16
+
+    with pytest.raises(InvalidArgumentError, match=r"^data type TYPE_BF16 is not supported by conch$"):
+        validate_request(request(image(), ids()), config)
+
+
+def test_a_shape_with_any_size_dimensions_fits_any_size_there() -> None:
+    inputs, _ = validate_request(request(image(batch=3), ids(batch=3, length=11)), CONFIG)
+
+    assert inputs["ids"].shape == (3, 11)
