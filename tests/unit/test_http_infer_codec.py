@@ -12,6 +12,7 @@ import tritonclient.http as httpclient
 
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.frontends.http import infer_codec
 from conch.frontends.http.infer_codec import decode_request, encode_response
 
 
@@ -248,3 +249,60 @@ def test_a_classification_request_is_read_with_its_class_count() -> None:
 
     assert request.outputs[0].classification == 3
     assert request.outputs[0].binary is True
+
+
+def fp32_body(data: Any, datatype: str = "FP32", request_id: str = "") -> bytes:
+    shape = [1, len(data)] if isinstance(data, list) else [1]
+    document: dict[str, Any] = {"inputs": [{"name": "X", "datatype": datatype, "shape": shape, "data": data}]}
+    if request_id:
+        document["id"] = request_id
+    return orjson.dumps(document)
+
+
+@pytest.mark.parametrize(
+    ("data", "datatype", "message"),
+    [
+        ([1.0, "2", 3.0], "FP32", "input 'X': FP32 data must be numbers"),
+        ([1.0, None, 3.0], "FP32", "input 'X': FP32 data must be numbers"),
+        ([1.0, True, 3.0], "FP32", "input 'X': FP32 data must be numbers"),
+        ([1, False, 3], "INT64", "input 'X': INT64 data must be integers"),
+        ([1, 2.5, 3], "INT64", "input 'X': INT64 data must be integers"),
+        ([1, 0, 1], "BOOL", "input 'X': BOOL data must be true or false"),
+    ],
+)
+def test_json_data_of_the_wrong_kind_is_refused(data: list[Any], datatype: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"^{message}$"):
+        decode_request(fp32_body(data, datatype), None, "m", "")
+
+
+def test_json_floats_mixed_with_integers_and_nested_rows_are_read() -> None:
+    body = orjson.dumps(
+        {"inputs": [{"name": "X", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2.5], [-3, 0.25]]}]}
+    )
+
+    (x,) = decode_request(body, None, "m", "").inputs
+
+    assert (x.data.dtype, x.data.tolist()) == (np.float32, [[1.0, 2.5], [-3.0, 0.25]])
+
+
+def test_a_true_outside_the_data_leaves_the_data_checked_alike() -> None:
+    """ "true" in a string (the id here) makes the decoder check each element; the outcome is the same."""
+    (x,) = decode_request(fp32_body([0.5, 1], request_id="true"), None, "m", "").inputs
+
+    assert x.data.tolist() == [[0.5, 1.0]]
+    with pytest.raises(InvalidArgumentError, match="FP32 data must be numbers"):
+        decode_request(fp32_body([0.5, "1"], request_id="true false"), None, "m", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "may"),
+    [
+        (b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,2],"data":[1.5,2e-3]}]}', False),
+        (b'{"data":[1.5,true]}', True),
+        (b'{"data":[false]}', True),
+        (b'{"id":"tt ff","data":[1]}', False),
+        (b'{"id":"' + b"t" * 40 + b'"}', True),
+    ],
+)
+def test_may_hold_booleans(text: bytes, may: bool) -> None:
+    assert infer_codec._may_hold_booleans(text) is may

@@ -51,9 +51,10 @@ def decode_request(
     inputs = _optional(document, "inputs", list, None)
     if inputs is None:
         raise InvalidArgumentError("request has no 'inputs' list")
+    booleans = header_length != len(body) or _may_hold_booleans(body)
     offset = header_length
     for item in inputs:
-        tensor, offset = _decode_input(item, view, offset, model_name, regions)
+        tensor, offset = _decode_input(item, view, offset, model_name, regions, booleans)
         request.inputs.append(tensor)
     if offset != len(body):
         raise InvalidArgumentError(
@@ -89,21 +90,19 @@ def encode_response(response: InferenceResponse, request: InferenceRequest) -> t
     An output written to a shared-memory region has neither data nor parameters, as in Triton (whose
     C++ client, perf_analyzer's, refuses output parameters without ``binary_data_size``).
     """
-    binary_by_name = {o.name: o.binary for o in request.outputs}
-    in_regions = {o.name for o in request.outputs if o.shared_memory is not None}
+    requested = request.outputs
+    binary_by_name = {o.name: o.binary for o in requested} if requested else {}
+    in_regions = {o.name for o in requested if o.shared_memory is not None} if requested else ()
     default_binary = bool(request.parameters.get("binary_data_output", False))
     outputs = []
     blobs: list[bytes | memoryview] = []
     for tensor in response.outputs:
-        entry: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": list(tensor.shape),
-        }
-        binary = binary_by_name.get(tensor.name)
+        # orjson writes the shape tuple as a JSON list, as it would the list.
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.data.shape}
         if tensor.name in in_regions:  # the data is in the client's region
             outputs.append(entry)
             continue
+        binary = binary_by_name.get(tensor.name)
         if binary if binary is not None else default_binary:
             blob = codecs.to_bytes(tensor.data)
             entry["parameters"] = {"binary_data_size": len(blob)}
@@ -142,7 +141,8 @@ def load_json_object(
 
 
 def json_depth(document: dict[str, Any], skip_tensor_data: bool = False) -> int:
-    """How deep ``document`` nests objects and lists (``{}`` is 1), walked without recursion.
+    """How deep ``document`` nests objects and lists (``{}`` is 1), walked without recursion: orjson
+    reads bodies nested 1024 deep, past Python's recursion limit.
 
     ``skip_tensor_data`` leaves out ``inputs[*].data``, which may hold millions of numbers: walking
     them here would cost more than decoding them.
@@ -151,19 +151,25 @@ def json_depth(document: dict[str, Any], skip_tensor_data: bool = False) -> int:
     if skip_tensor_data and isinstance(inputs, list):
         inputs = [{k: v for k, v in i.items() if k != "data"} if isinstance(i, dict) else i for i in inputs]
         document = {**document, "inputs": inputs}
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return deepest
+    # Level by level, each level one comprehension: half the time of a stack of (node, depth) pairs.
+    depth = 1
+    level = [child for child in document.values() if isinstance(child, _CONTAINERS)]
+    while level:
+        depth += 1
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, _CONTAINERS)
+        ]
+    return depth
+
+
+_CONTAINERS = (dict, list)
 
 
 def _decode_input(
-    item: Any, body: memoryview, offset: int, model: str, regions: RegionLeases | None
+    item: Any, body: memoryview, offset: int, model: str, regions: RegionLeases | None, booleans: bool
 ) -> tuple[Tensor, int]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgumentError("each entry of 'inputs' must be an object with a 'name'")
@@ -176,12 +182,13 @@ def _decode_input(
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"input '{name}': 'parameters' must be an object")
     _check_content_fields(name, item, parameters)
-    ref = shared_memory_ref(name, parameters)
+    ref = shared_memory_ref(name, parameters) if parameters else None
     if ref is not None:
         return Tensor(name, datatype, _leases(regions).read_input(name, datatype, shape, model, ref)), offset
     size = parameters.get("binary_data_size")
     if size is None:
-        return Tensor(name, datatype, codecs.from_json(name, datatype, shape, item["data"])), offset
+        data = codecs.from_json(name, datatype, shape, item["data"], booleans)
+        return Tensor(name, datatype, data), offset
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidArgumentError(f"input '{name}': binary_data_size must be a non-negative integer")
     if offset + size > len(body):
@@ -223,6 +230,10 @@ def _leases(regions: RegionLeases | None) -> RegionLeases:
 
 def _check_content_fields(name: str, item: dict[str, Any], parameters: dict[str, Any]) -> None:
     """Triton's rule: an input's data is in exactly one of 'data', binary data or shared memory."""
+    if ("data" in item) + (reserved.BINARY_DATA_SIZE in parameters) + (
+        reserved.SHARED_MEMORY_REGION in parameters
+    ) == 1:
+        return
     given = [
         field
         for field, present in (
@@ -238,6 +249,30 @@ def _check_content_fields(name: str, item: dict[str, Any], parameters: dict[str,
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
             f"'parameters', 'shared_memory_region' in 'parameters'. But {found} (input '{name}')"
         )
+
+
+#: Occurrences of a word's first letter looked at before :func:`_may_hold_booleans` says "maybe".
+_MOST_LOOKS = 32
+
+
+def _may_hold_booleans(text: bytes) -> bool:
+    """False only when neither ``true`` nor ``false`` is in the JSON ``text``: then no value is a bool.
+
+    Each word is sought at its first letter, with ``bytes.find`` (memchr: ~0.2 us over the 20 kB of a
+    1024-float body, whose numbers have neither letter); ``b"true" in text`` reads byte by byte, ~70
+    times slower. A text with many of those letters (BYTES data, say) is taken to hold the words.
+    """
+    for word in (b"true", b"false"):
+        at = text.find(word[:1])
+        for _ in range(_MOST_LOOKS):
+            if at < 0:
+                break
+            if text.startswith(word, at):
+                return True
+            at = text.find(word[:1], at + 1)
+        else:
+            return True
+    return False
 
 
 def _optional(document: dict[str, Any], key: str, kind: type, default: Any) -> Any:
