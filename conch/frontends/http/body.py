@@ -18,7 +18,7 @@ async def read_body(
     """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400.
 
     A ``Content-Length`` over the limit is refused before a byte of the body is read; a chunked body
-    as soon as its chunks add up to more (the connection then closes: ``connection_limits.py``).
+    as soon as its chunks add up to more (the connection then closes: ``server/connection.py``).
     """
     declared = _header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -84,6 +84,8 @@ def compress_for(scope: dict[str, Any], body: bytes) -> tuple[bytes, bytes | Non
         if key == b"accept-encoding":
             accepted = value.decode("latin-1").lower()
             break
+    if not accepted:  # most clients: no parsing, no generator
+        return body, None
     for choice in (part.split(";")[0].strip() for part in accepted.split(",")):
         if choice == "gzip":
             compressor = zlib.compressobj(wbits=_GZIP_WBITS)
