@@ -37,8 +37,8 @@ Rules, from Triton's ``dynamic_batching``:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -106,7 +106,7 @@ class BatchingSettings:
         return self.policies.get(level, self.default_policy)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PendingRequest:
     """A request waiting in the queue, with what batching needs to know about it."""
 
@@ -141,8 +141,16 @@ def _flag(config: mc.ModelConfig, key: str, default: bool) -> bool:
 
 
 def shape_key(request: ScheduledRequest) -> tuple[Any, ...]:
-    """What must be equal for two requests to share a batch: input names, dtypes, non-batch shapes."""
-    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(request.inputs.items()))
+    """What must be equal for two requests to share a batch: input names, dtypes, non-batch shapes.
+
+    The dtype itself, not its ``str``: dtypes compare and hash as their ``str`` would for the V2
+    datatypes, without building a string per input of every request (a single input skips the sort).
+    """
+    inputs = request.inputs
+    if len(inputs) == 1:
+        for name, a in inputs.items():
+            return ((name, a.dtype, a.shape[1:]),)
+    return tuple((name, a.dtype, a.shape[1:]) for name, a in sorted(inputs.items()))
 
 
 class BatchQueue:
@@ -153,6 +161,16 @@ class BatchQueue:
         levels = range(1, settings.priority_levels + 1) if settings.priority_levels else [0]
         self._queues: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
         self._delayed: dict[int, deque[PendingRequest]] = {level: deque() for level in levels}
+        # Read on every request: each level's policy once, and whether any request can have a deadline
+        # (a timeout override may only shorten a default one), so that without one the queue is never
+        # scanned for expired requests.
+        self._policies = {level: settings.policy(level) for level in levels}
+        self._deadlines_possible = any(p.default_timeout_us > 0 for p in self._policies.values())
+        #: Priority order: level 1 first; within a level, on-time requests before delayed ones. The
+        #: deques are never replaced, so the order is made once.
+        self._lanes = [
+            lane for level in sorted(levels) for lane in (self._queues[level], self._delayed[level])
+        ]
         self._sequence = 0
         self._batches_sent = 0
         self._mean_batch_requests = 0.0
@@ -162,7 +180,7 @@ class BatchQueue:
         self._in_server_since_batch = 0
 
     def __len__(self) -> int:
-        return sum(len(lane) for lane in self._lanes())
+        return sum(len(lane) for lane in self._lanes)
 
     def add(
         self,
@@ -176,29 +194,27 @@ class BatchQueue:
         another request of the model was in the server (queued, running or being answered) when this
         one arrived; ``in_server``: how many are, this one included."""
         self._mean_overlap += (overlapping - self._mean_overlap) * _SMOOTHING
-        self._in_server_since_batch = max(self._in_server_since_batch, in_server)
-        level = self._level(request.parameters.get("priority", 0))
-        policy = self.settings.policy(level)
+        if in_server > self._in_server_since_batch:
+            self._in_server_since_batch = in_server
+        parameters = request.parameters
+        level = self._level(parameters.get("priority", 0)) if self.settings.priority_levels else 0
+        policy = self._policies[level]
         queue = self._queues[level]
         # As in Triton, delayed requests still occupy their level's queue.
-        waiting = len(queue) + len(self._delayed[level])
-        if policy.max_queue_size and waiting >= policy.max_queue_size:
+        if policy.max_queue_size and len(queue) + len(self._delayed[level]) >= policy.max_queue_size:
             raise UnavailableError(
                 f"the queue is full ({policy.max_queue_size} requests waiting); retry later"
             )
+        deadline_ns = None
         timeout_us = policy.default_timeout_us
-        override = request.parameters.get("timeout")
-        # As in Triton, a request may shorten the default timeout, never lengthen or add one.
-        if policy.allow_timeout_override and isinstance(override, int) and 0 < override < timeout_us:
-            timeout_us = override
+        if timeout_us > 0:
+            override = parameters.get("timeout")
+            # As in Triton, a request may shorten the default timeout, never lengthen or add one.
+            if policy.allow_timeout_override and isinstance(override, int) and 0 < override < timeout_us:
+                timeout_us = override
+            deadline_ns = now + timeout_us * 1000
         pending = PendingRequest(
-            request=request,
-            enqueued_ns=now,
-            level=level,
-            deadline_ns=now + timeout_us * 1000 if timeout_us > 0 else None,
-            sequence=self._sequence,
-            shape_key=shape_key(request),
-            ticket=ticket,
+            request, now, level, deadline_ns, self._sequence, shape_key(request), False, ticket
         )
         self._sequence += 1
         queue.append(pending)
@@ -207,45 +223,50 @@ class BatchQueue:
     def expire(self, now: int) -> list[PendingRequest]:
         """Remove and return requests past their REJECT timeout; move DELAY ones behind their level."""
         rejected: list[PendingRequest] = []
+        if not self._deadlines_possible:
+            return rejected
         for level, queue in self._queues.items():
             if not any(p.deadline_ns is not None and p.deadline_ns <= now for p in queue):
                 continue
-            kept: deque[PendingRequest] = deque()
+            kept: list[PendingRequest] = []
             for pending in queue:
                 if pending.deadline_ns is None or pending.deadline_ns > now:
                     kept.append(pending)
-                elif self.settings.policy(level).timeout_action == DELAY:
+                elif self._policies[level].timeout_action == DELAY:
                     pending.delayed = True
                     pending.deadline_ns = None
                     self._delayed[level].append(pending)
                 else:
                     rejected.append(pending)
-            self._queues[level] = kept
+            queue.clear()  # in place: the lanes keep referring to this deque
+            queue.extend(kept)
         return rejected
 
     def next_batch(self, now: int, in_server: int | None = None) -> tuple[list[PendingRequest], int | None]:
         """The batch to send now (possibly empty) and, if empty, when to look again (ns, or None).
         ``in_server``: how many requests of the model are between arrival and answer right now (None:
         unknown, and the batch never goes early for having every client)."""
-        candidates = self._in_order()
+        candidates = chain.from_iterable(self._lanes)
         head = next(candidates, None)
         if head is None:
             return [], None
-        rows, count, preferred_count, blocked = head.rows, 1, 0, False
+        max_rows, key = self.settings.max_batch_size, head.shape_key
+        rows, count, preferred_count, blocked = head.request.rows, 1, 0, False
         preferred = self.settings.preferred_batch_sizes
         if rows in preferred:
             preferred_count = 1
         for pending in candidates:
-            if pending.shape_key != head.shape_key or rows + pending.rows > self.settings.max_batch_size:
+            more = pending.request.rows
+            if rows + more > max_rows or pending.shape_key != key:
                 blocked = True
                 break
-            rows += pending.rows
+            rows += more
             count += 1
             if rows in preferred:
                 preferred_count = count
         send_at = head.enqueued_ns + self.settings.max_queue_delay_ns
         if (
-            rows >= self.settings.max_batch_size
+            rows >= max_rows
             or blocked
             or now >= send_at
             or self._company_unlikely()
@@ -254,6 +275,8 @@ class BatchQueue:
             return self._taken(count, in_server), None
         if preferred_count:
             return self._taken(preferred_count, in_server), None
+        if not self._deadlines_possible:
+            return [], send_at
         return [], min([send_at, *self._deadlines()])
 
     def _level(self, requested: Any) -> int:
@@ -300,19 +323,9 @@ class BatchQueue:
         """Remove and return every pending request (on shutdown, so none waits forever)."""
         return self._take(len(self))
 
-    def _lanes(self) -> list[deque[PendingRequest]]:
-        # Priority order: level 1 first; within a level, on-time requests before delayed ones.
-        return [
-            lane for level in sorted(self._queues) for lane in (self._queues[level], self._delayed[level])
-        ]
-
-    def _in_order(self) -> Iterator[PendingRequest]:
-        for lane in self._lanes():
-            yield from lane
-
     def _take(self, count: int) -> list[PendingRequest]:
         taken: list[PendingRequest] = []
-        for lane in self._lanes():
+        for lane in self._lanes:
             while lane and len(taken) < count:
                 taken.append(lane.popleft())
         if taken:
