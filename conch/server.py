@@ -12,10 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from conch import __version__
-from conch.core.datatypes import from_numpy
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
@@ -293,7 +290,7 @@ class InferenceServer:
             model_name=request.model_name,
             model_version=str(served.version),
             id=request.id,
-            outputs=[_tensor(n, outputs[n]) for n in scheduled.output_names],
+            outputs=[Tensor.of(n, outputs[n]) for n in scheduled.output_names],
             parameters=route.parameters,
             queue_ns=queue_ns,
             compute_ns=elapsed - queue_ns,
@@ -363,7 +360,7 @@ class InferenceServer:
                     model_name=request.model_name,
                     model_version=str(served.version),
                     id=request.id,
-                    outputs=[_tensor(n, outputs[n]) for n in names],
+                    outputs=[Tensor.of(n, outputs[n]) for n in names],
                     queue_ns=scheduled.queue_ns,
                     compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
                 )
@@ -374,20 +371,6 @@ class InferenceServer:
             stats.pending -= 1
             self.in_flight.leave()
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
-
-
-#: V2 datatype names by numpy dtype, as outputs meet them.
-_DATATYPE_NAMES: dict[np.dtype, str] = {}
-
-
-def _tensor(name: str, data: np.ndarray) -> Tensor:
-    """``Tensor.of``, without its import and its datatype look-up on every output of every answer."""
-    datatype = _DATATYPE_NAMES.get(data.dtype)
-    if datatype is None:
-        datatype = from_numpy(data.dtype).name
-        if data.dtype.kind not in "US":  # an entry per string length could grow without end
-            _DATATYPE_NAMES[data.dtype] = datatype
-    return Tensor(name, datatype, data)
 
 
 def _route_key(request: InferenceRequest) -> str | None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.core.errors import InvalidArgumentError, UnavailableError
+from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
 from conch.observability.statistics import ModelStatistics
 from conch.repository.model import Model, ModelState, ModelVersion
@@ -27,7 +27,6 @@ from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, QueuePoli
 from conch.scheduling.dynamic_batcher import DynamicBatcher
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import ScheduledRequest
-from conch.server import _tensor
 
 
 def version(number: int, state: ModelState = ModelState.READY, standby: bool = False) -> ModelVersion:
@@ -155,15 +154,6 @@ def test_each_request_gets_its_own_rows_of_each_output_it_asked_for() -> None:
         two = batched_answers(("Y", "Z"), [["Y"], ["Z", "Y"], ["Z"]], ordered)
         assert [sorted(a) for a in two] == [["Y"], ["Y", "Z"], ["Z"]]  # type: ignore[call-overload]
         assert two[1]["Z"].tolist() == [[2, 2], [2, 2]]  # type: ignore[index]
-
-
-def test_answers_name_the_datatype_of_each_output_dtype() -> None:
-    assert _tensor("y", np.zeros(2, np.float32)).datatype == "FP32"
-    assert _tensor("y", np.zeros(2, np.int64)).datatype == "INT64"
-    assert _tensor("y", np.array(["a", "bc"])).datatype == "BYTES"
-    assert _tensor("y", np.array([b"a"], dtype=object)).datatype == "BYTES"
-    with pytest.raises(InvalidArgumentError, match="complex64"):  # as Tensor.of refuses it
-        _tensor("y", np.zeros(2, np.complex64))
 
 
 def test_a_queue_that_is_full_still_refuses() -> None:
