@@ -84,6 +84,8 @@ def _checked(name: str, datatype: str, dtype: datatypes.Datatype, data: list[Any
 
 _FLOAT64 = np.dtype(np.float64)
 _INT64 = np.dtype(np.int64)
+#: The datatypes whose JSON data :func:`_numbers` reads in one pass.
+ONE_PASS_DATATYPES = frozenset({"FP16", "FP32", "FP64", "INT64"})
 
 
 def _numbers(data: list[Any], dtype: np.dtype) -> np.ndarray | None:

@@ -10,6 +10,7 @@ import orjson
 import pytest
 import tritonclient.http as httpclient
 
+from conch.core import codecs
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from conch.frontends.http import infer_codec
@@ -259,39 +260,56 @@ def fp32_body(data: Any, datatype: str = "FP32", request_id: str = "") -> bytes:
     return orjson.dumps(document)
 
 
+# Each list long enough (40 elements) to be read in one pass when the body has no true or false.
 @pytest.mark.parametrize(
-    ("data", "datatype", "message"),
+    ("bad", "datatype", "message"),
     [
-        ([1.0, "2", 3.0], "FP32", "input 'X': FP32 data must be numbers"),
-        ([1.0, None, 3.0], "FP32", "input 'X': FP32 data must be numbers"),
-        ([1.0, True, 3.0], "FP32", "input 'X': FP32 data must be numbers"),
-        ([1, False, 3], "INT64", "input 'X': INT64 data must be integers"),
-        ([1, 2.5, 3], "INT64", "input 'X': INT64 data must be integers"),
-        ([1, 0, 1], "BOOL", "input 'X': BOOL data must be true or false"),
+        ("2", "FP32", "input 'X': FP32 data must be numbers"),
+        (None, "FP32", "input 'X': FP32 data must be numbers"),
+        ({}, "FP64", "input 'X': FP64 data must be numbers"),
+        (True, "FP32", "input 'X': FP32 data must be numbers"),
+        (False, "INT64", "input 'X': INT64 data must be integers"),
+        (2.5, "INT64", "input 'X': INT64 data must be integers"),
+        ("3", "INT64", "input 'X': INT64 data must be integers"),
+        (0, "BOOL", "input 'X': BOOL data must be true or false"),
     ],
 )
-def test_json_data_of_the_wrong_kind_is_refused(data: list[Any], datatype: str, message: str) -> None:
+def test_json_data_of_the_wrong_kind_is_refused(bad: Any, datatype: str, message: str) -> None:
+    data = [1] * 20 + [bad] + [1] * 19
+
     with pytest.raises(InvalidArgumentError, match=f"^{message}$"):
         decode_request(fp32_body(data, datatype), None, "m", "")
 
 
 def test_json_floats_mixed_with_integers_and_nested_rows_are_read() -> None:
-    body = orjson.dumps(
-        {"inputs": [{"name": "X", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2.5], [-3, 0.25]]}]}
-    )
+    rows = [[1, 2.5] * 10, [-3, 0.25] * 10]
+    body = orjson.dumps({"inputs": [{"name": "X", "datatype": "FP32", "shape": [2, 20], "data": rows}]})
 
     (x,) = decode_request(body, None, "m", "").inputs
 
-    assert (x.data.dtype, x.data.tolist()) == (np.float32, [[1.0, 2.5], [-3.0, 0.25]])
+    assert (x.data.dtype, x.data.tolist()) == (np.float32, rows)
+
+
+def test_json_int64_data_is_read_exactly() -> None:
+    data = [-(2**63), 2**63 - 1] * 20
+
+    (x,) = decode_request(fp32_body(data, "INT64"), None, "m", "").inputs
+
+    assert (x.data.dtype, x.data.tolist()) == (np.int64, [data])
+
+
+def test_json_ints_past_int32_keep_their_message() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"^input 'X': data does not match datatype INT32: "):
+        decode_request(fp32_body([2**31] * 40, "INT32"), None, "m", "")
 
 
 def test_a_true_outside_the_data_leaves_the_data_checked_alike() -> None:
     """ "true" in a string (the id here) makes the decoder check each element; the outcome is the same."""
-    (x,) = decode_request(fp32_body([0.5, 1], request_id="true"), None, "m", "").inputs
+    (x,) = decode_request(fp32_body([0.5, 1] * 20, request_id="true"), None, "m", "").inputs
 
-    assert x.data.tolist() == [[0.5, 1.0]]
+    assert x.data.tolist() == [[0.5, 1.0] * 20]
     with pytest.raises(InvalidArgumentError, match="FP32 data must be numbers"):
-        decode_request(fp32_body([0.5, "1"], request_id="true false"), None, "m", "")
+        decode_request(fp32_body([0.5, "1"] * 20, request_id="true false"), None, "m", "")
 
 
 @pytest.mark.parametrize(
@@ -300,9 +318,27 @@ def test_a_true_outside_the_data_leaves_the_data_checked_alike() -> None:
         (b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,2],"data":[1.5,2e-3]}]}', False),
         (b'{"data":[1.5,true]}', True),
         (b'{"data":[false]}', True),
-        (b'{"id":"tt ff","data":[1]}', False),
-        (b'{"id":"' + b"t" * 40 + b'"}', True),
+        (b"true", True),
+        (b'{"id":"tru fal uuu lll","data":[1]}', False),
+        (b'{"id":"' + b"u" * 40 + b'"}', True),
     ],
 )
 def test_may_hold_booleans(text: bytes, may: bool) -> None:
     assert infer_codec._may_hold_booleans(text) is may
+
+
+def test_float_data_of_a_body_without_booleans_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    element_checks = codecs._checked
+
+    def spy(name: str, *args: Any) -> np.ndarray:
+        checked.append(name)
+        return element_checks(name, *args)
+
+    monkeypatch.setattr(codecs, "_checked", spy)
+
+    decode_request(fp32_body([0.5] * 40), None, "m", "")
+    decode_request(fp32_body([0.5] * 40, request_id="true"), None, "m", "")
+    decode_request(fp32_body([0.5] * 8), None, "m", "")
+
+    assert checked == ["X", "X"]  # the body with a true and the short list
