@@ -27,6 +27,8 @@ async def echo(request: bytes, context: Any) -> bytes:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused on purpose")
     if request == b"slow":
         await asyncio.sleep(1.0)
+    if request == b"crash":
+        raise RuntimeError("a bug in the handler")
     await asyncio.sleep(0.001)
     return request[::-1]
 
@@ -118,6 +120,58 @@ def test_a_client_deadline_ends_the_call_and_the_server_keeps_answering() -> Non
 
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert after == b"retfa"
+
+
+def test_an_unexpected_exception_ends_the_call_unknown_as_grpc_aio_ends_it() -> None:
+    async def scenario() -> tuple[grpc.aio.AioRpcError, bytes]:
+        async with echo_server(count=4) as (channel, _, _):
+            try:
+                await call(channel)(b"crash")
+            except grpc.aio.AioRpcError as exc:
+                error = exc
+            else:
+                raise AssertionError("a handler that raised answered")
+            return error, await call(channel)(b"after")
+
+    error, after = asyncio.run(scenario())
+
+    assert error.code() == grpc.StatusCode.UNKNOWN
+    assert "a bug in the handler" in (error.details() or "")
+    assert after == b"retfa"
+
+
+async def reversed_each(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+    async for request in requests:
+        yield request[::-1]
+
+
+def test_a_streaming_method_is_accepted_through_grpc_aio_own_dispatch() -> None:
+    async def scenario() -> tuple[list[list[bytes]], int]:
+        server = grpc.aio.server()
+        handler = grpc.stream_stream_rpc_method_handler(reversed_each)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("test.Echo", {"Stream": handler}),)
+        )
+        accepting = CallAcceptors(server, "/test.Echo/Stream", handler, 4)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        accepting.start()
+
+        async def one_stream(channel: grpc.aio.Channel) -> list[bytes]:
+            stream = channel.stream_stream("/test.Echo/Stream")(iter([b"ab", b"cde"]))
+            return [answer async for answer in stream]
+
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                answers = await asyncio.gather(*(one_stream(channel) for _ in range(32)))
+                return list(answers), accepting.accepted
+        finally:
+            await server.stop(grace=1)
+
+    answers, accepted = asyncio.run(scenario())
+
+    assert answers == [[b"ba", b"edc"]] * 32
+    assert accepted > 0, "every stream went through grpc.aio's own request: the acceptors took none"
 
 
 def acceptor_tasks() -> list[asyncio.Task[Any]]:
