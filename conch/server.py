@@ -300,18 +300,15 @@ class InferenceServer:
         self, request: InferenceRequest, served: ModelVersion, stream: ResponseStream | None = None
     ) -> ScheduledRequest:
         """The request checked against the served version's config, on its way to the scheduler."""
-        inputs, output_names = validate_request(request, served.config, served.max_batch_size_completed)
-        if "sequence_id" in request.parameters and not served.config.HasField("sequence_batching"):
-            refuse_sequence_parameters(request.parameters, request.model_name)
+        config, parameters = served.config, request.parameters
+        inputs, output_names = validate_request(request, config, served.max_batch_size_completed)
+        if "sequence_id" in parameters and not config.HasField("sequence_batching"):
+            refuse_sequence_parameters(parameters, request.model_name)
+        rows = request.batch_size(config.max_batch_size > 0)
+        # By position (inputs, output_names, rows, parameters, queue_ns, in_flight, id, stream, trace):
+        # keywords cost about 0.2 us more on every request.
         return ScheduledRequest(
-            inputs,
-            output_names,
-            request.batch_size(served.config.max_batch_size > 0),
-            request.parameters,
-            in_flight=self.in_flight,
-            id=request.id,
-            stream=stream,
-            trace=request.trace,
+            inputs, output_names, rows, parameters, 0, self.in_flight, request.id, stream, request.trace
         )
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

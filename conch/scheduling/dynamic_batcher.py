@@ -247,7 +247,10 @@ def _resolve(pending: PendingRequest, outcome: Outcome) -> None:
 def _output_union(batch: list[PendingRequest]) -> list[str]:
     first = batch[0].request.output_names
     # Usually every request asks for the same outputs: comparing the lists is cheaper than merging.
-    if all(p.request.output_names == first for p in batch):
+    for pending in batch:
+        if pending.request.output_names != first:
+            break
+    else:
         return list(first)
     names = dict.fromkeys(first)
     for pending in batch[1:]:

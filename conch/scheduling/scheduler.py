@@ -50,7 +50,11 @@ class RequestsInFlight:
 
 @dataclass(slots=True)
 class ScheduledRequest:
-    """A validated request on its way to an instance. ``queue_ns`` is set by the scheduler."""
+    """A validated request on its way to an instance. ``queue_ns`` is set by the scheduler.
+
+    ``InferenceServer._scheduled`` passes every field by position, on every request: a new field goes
+    last, and the order stays.
+    """
 
     inputs: dict[str, np.ndarray]
     output_names: list[str]
