@@ -214,6 +214,8 @@ def _decode_output(item: Any, regions: RegionLeases | None) -> RequestedOutput:
     if not isinstance(parameters, dict):
         raise InvalidArgumentError(f"output '{item['name']}': 'parameters' must be an object")
     name = item["name"]
+    if not parameters:  # the usual entry, {"name": ...}: none of the checks below can refuse it
+        return RequestedOutput(name)
     reserved.refuse_output_misuse(name, parameters)
     ref = shared_memory_ref(name, parameters)
     if ref is not None:
