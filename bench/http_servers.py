@@ -11,7 +11,9 @@ HTTP layer plus a fixed, small amount of Python. One process, one event loop thr
 - ``granian-asgi`` / ``granian-rsgi``: granian (Rust HTTP server), one worker, one runtime thread,
   uvloop, with its ASGI and its own RSGI interface;
 - ``httptools``: an ``asyncio.Protocol`` on uvloop driving ``httptools.HttpRequestParser`` directly,
-  no ASGI at all: the floor of a Python HTTP/1.1 server.
+  no ASGI at all: the floor of a Python HTTP/1.1 server;
+- ``conch``: conch's own server (``conch.frontends.http.server``, httptools with the ASGI call and
+  conch's connection limits), what ``conch serve`` runs since these figures chose it.
 
 wrk drives each at 1 and 32 connections in alternating rounds; the report gives requests/s and each
 server's ratio to uvicorn, paired by round.
@@ -38,7 +40,7 @@ from bench import loadgen
 from bench.run import RESULTS, conch_revision, describe_machine, loadavg, write_report
 from bench.servers import free_port
 
-KINDS = ("uvicorn", "granian-asgi", "granian-rsgi", "httptools")
+KINDS = ("uvicorn", "granian-asgi", "granian-rsgi", "httptools", "conch")
 CONCURRENCIES = (1, 32)
 
 
@@ -128,6 +130,13 @@ def serve(kind: str, port: int) -> None:
             await server.serve_forever()
 
         uvloop.run(main())
+    elif kind == "conch":
+        import uvloop
+
+        from conch.frontends.http.server import HttpServer
+        from conch.serving import listen
+
+        uvloop.run(HttpServer(asgi_app).serve([listen("127.0.0.1", port, "HTTP")]))
     else:
         raise ValueError(kind)
 
@@ -228,7 +237,7 @@ def render(
     machine: Sequence[str],
 ) -> str:
     lines = [
-        "# The HTTP layer alone: uvicorn, granian, raw httptools, "
+        "# The HTTP layer alone: uvicorn, granian, raw httptools, conch's server, "
         + started.strftime("%Y-%m-%d %H:%M UTC")
         + "\n",
         "Requests/s, median round [lowest-highest]; ratio to uvicorn paired by round (median).\n",

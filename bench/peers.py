@@ -181,7 +181,7 @@ PEERS = {
             ("http", "grpc"),
             conch_server,
             lambda: Path(sys.executable),
-            ("conch", "onnxruntime", "grpcio", "uvicorn"),
+            ("conch", "onnxruntime", "grpcio", "httptools"),
         ),
         Peer(
             "conch-2w",
@@ -189,7 +189,7 @@ PEERS = {
             ("http", "grpc"),
             functools.partial(conch_server, workers=2),
             lambda: Path(sys.executable),
-            ("conch", "onnxruntime", "grpcio", "uvicorn"),
+            ("conch", "onnxruntime", "grpcio", "httptools"),
         ),
         Peer(
             "conch-relay",
@@ -197,7 +197,7 @@ PEERS = {
             ("grpc",),
             functools.partial(conch_server, grpc_relay=True),
             lambda: Path(sys.executable),
-            ("conch", "onnxruntime", "grpcio", "uvicorn"),
+            ("conch", "onnxruntime", "grpcio", "httptools"),
         ),
         Peer(
             "triton",

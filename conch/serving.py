@@ -30,7 +30,7 @@ from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.uvicorn_server import uvicorn_server
+from conch.frontends.http.server import HttpServer
 from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
@@ -224,12 +224,14 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
     deep_health = DeepHealth(server, settings.deep_health)
+    access = settings.request_log.access_log
     servers = [
-        uvicorn_server(
+        HttpServer(
             HttpFrontend(
                 server, settings.http_limits, deep_health, codes.http, gateway, inference_log=journal
             ),
             settings.http_limits,
+            access,
         )
     ]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
@@ -239,7 +241,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
         collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
-        servers.append(uvicorn_server(metrics_app(registry), settings.http_limits))
+        servers.append(HttpServer(metrics_app(registry), settings.http_limits, access))
     else:
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         registry_of(server).refuse(
@@ -247,7 +249,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             "would hold its own regions; serve with --workers 1 to use shared memory"
         )
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
-    if settings.request_log.access_log:  # after every uvicorn config, each of which turns it off
+    if access:
         enable_access_log()
     if grpc_server is not None:
         await grpc_server.start()
@@ -281,7 +283,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     await drain(server, settings.exit_timeout_secs)
     server.started = False
     for each in servers:
-        each.should_exit = True
+        each.shutdown()
     if grpc_server is not None:
         await grpc_server.stop(grace=5)
     if relay is not None:

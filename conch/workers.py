@@ -33,7 +33,7 @@ import uvloop
 
 from conch.control_channel import ControlChannel
 from conch.core.errors import ConchError
-from conch.frontends.http.uvicorn_server import uvicorn_server
+from conch.frontends.http.server import HttpServer
 from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
@@ -121,7 +121,7 @@ async def _supervise(
         return merge_statistics(groups)
 
     tasks = [asyncio.create_task(answer.answer(gather_statistics)) for _, answer in channels]
-    metrics = uvicorn_server(_summed_metrics_app(gather_statistics))
+    metrics = HttpServer(_summed_metrics_app(gather_statistics))
     tasks.append(asyncio.create_task(metrics.serve(sockets=[metrics_socket])))
     code = 0
     while not stopping.is_set():
@@ -133,7 +133,7 @@ async def _supervise(
         await asyncio.sleep(0.2)
     for pid in pids:
         _signal(pid, signal.SIGTERM)
-    metrics.should_exit = True
+    metrics.shutdown()
     for task in tasks[:-1]:
         task.cancel()
     await tasks[-1]

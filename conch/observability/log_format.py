@@ -6,8 +6,8 @@ person, and a load, a swap or a fallback must be found by its fields (``event="m
 person reads faster. :func:`conch.observability.events.emit` puts an event's fields on its record;
 :class:`JsonFormatter` writes each as a key of its own.
 
-Every logger goes through the one root handler :func:`configure_logging` installs: conch's, uvicorn's
-(started without its own logging config) and grpc's (which only adds a ``NullHandler``), so in JSON
+Every logger goes through the one root handler :func:`configure_logging` installs: conch's (its HTTP
+server's included) and grpc's (which only adds a ``NullHandler``), so in JSON
 mode their records are JSON lines too.
 """
 

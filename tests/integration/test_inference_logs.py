@@ -343,7 +343,7 @@ def test_access_log_levels_and_unload_events_all_go_through_the_json_formatter(l
     assert access and (access[0]["method"], access[0]["status"], access[0]["logger"]) == (
         "POST",
         200,
-        "uvicorn.access",
+        "conch.http.access",
     )
     records = json_records(logged.log_lines())  # fails on any line that is not one JSON object
     assert {r["level"] for r in records} <= {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}

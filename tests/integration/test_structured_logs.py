@@ -162,18 +162,18 @@ def test_both_models_load_records_are_there_with_their_fields(json_server: Logge
     assert not about(records, "good", "version_unavailable")
 
 
-def test_uvicorn_records_come_out_as_json_too(json_server: LoggedServer) -> None:
+def test_the_http_servers_records_come_out_as_json_too(json_server: LoggedServer) -> None:
     with socket.create_connection(("127.0.0.1", json_server.http_port), timeout=5) as connection:
         connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         connection.recv(1024)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         records = json_records(json_server.log_lines())
-        uvicorn = [r for r in records if r["logger"].startswith("uvicorn")]
-        if uvicorn:
+        http = [r for r in records if r["logger"] == "conch.frontends.http.server"]
+        if http:
             break
         time.sleep(0.1)
-    assert [(r["level"], r["message"]) for r in uvicorn] == [("WARNING", "Invalid HTTP request received.")]
+    assert [(r["level"], r["message"]) for r in http] == [("WARNING", "Invalid HTTP request received.")]
 
 
 def test_model_ready_is_one_for_the_good_version_and_zero_for_the_broken_one(

@@ -1,8 +1,8 @@
 """The HTTP port's limits, from ``conch serve``'s ``--http-*`` flags (see docs/security.md).
 
-Apart from the code that enforces them (``connection_limits.py`` for connections and request heads,
+Apart from the code that enforces them (``server/connection.py`` for connections and request heads,
 ``body.py`` for bodies, ``infer_codec.py`` for JSON depth), so that parsing the command line reads
-the defaults without importing uvicorn.
+the defaults without importing the server.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An HTTP inference's request id and log record, taken from its ASGI exchange.
 
-:func:`watched_send` stands between the app and uvicorn's ``send`` for the inference routes
+:func:`watched_send` stands between the app and the server's ``send`` for the inference routes
 (``infer``, ``generate``, ``generate_stream``): the answer's start gets the ``x-request-id`` header,
 its status ends the record (docs/observability.md). Why at the ASGI edge: every answer passes there,
 the gateway's refusals and a 404 before the body was read included, so no route has to remember to

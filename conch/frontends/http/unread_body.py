@@ -1,13 +1,13 @@
 """A request body the answer did not need is still read off the connection before the answer goes.
 
 Why: conch answers some requests before reading their body (an unknown model's 404, a refused token's
-401, a wrong method's 405), so a large body costs nothing. But with HTTP/1.1 keep-alive the bytes of
-that body are still on the connection, and uvicorn parsed them as the start of the client's next
-request: the connection broke, and the client's next, valid request on it failed with a reset (seen as
-about 1 request in 20 on a kept-alive connection after a 404, by ``bench.memory_growth``). So before
-the answer is sent, the rest of the body is read and dropped, up to the server's body limit; a body
-larger than that is not read: the answer says ``Connection: close`` and the server closes the
-connection instead of parsing the rest.
+401, a wrong method's 405), so a large body costs nothing to refuse. But with HTTP/1.1 keep-alive the
+connection can only carry the client's next request once this body has passed: the server closes a
+connection whose answer went before its body had all arrived (``server/connection.py``), and under
+uvicorn the rest of the body was parsed as the next request, which broke the connection (about 1
+request in 20 on a kept-alive connection after a 404, by ``bench.memory_growth``). So before the
+answer is sent, the rest of the body is read and dropped, up to the server's body limit, and the
+connection stays open; a body larger than that is not read: the answer says ``Connection: close``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,100 @@
+"""The HTTP server of one port: its listening sockets, its connections, the time-limit sweep, the
+access log and a graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.server.connection import HttpConnection
+from conch.frontends.http.server.heads import Clock
+
+if TYPE_CHECKING:
+    from conch.frontends.http.server.exchange import Exchange
+
+#: ``--access-log``'s records (see :mod:`conch.observability.access_log`).
+ACCESS_LOGGER = "conch.http.access"
+#: How long a stopping server waits for the answers still being written (a stream, say).
+STOP_GRACE_SECS = 5.0
+_BACKLOG = 2048
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+class HttpServer:
+    """Serves an ASGI ``app`` on listening sockets until :meth:`shutdown`."""
+
+    def __init__(self, app: Any, limits: HttpLimits | None = None, access_log: bool = False) -> None:
+        self.app = app
+        self.limits = limits or HttpLimits()
+        #: One record per answer on :data:`ACCESS_LOGGER` (off by default: a record per request,
+        #: health probes and scrapes included, costs the event loop a formatted line each).
+        self.access_log = access_log
+        self.clock = Clock()
+        self.connections: set[HttpConnection] = set()
+        self.stopping = False
+        self._stop = asyncio.Event()
+        # Every time limit is seconds long; a sweep a quarter of the shortest apart keeps each within
+        # a quarter of its value.
+        shortest = min(self.limits.slow_client_timeout_secs, self.limits.idle_timeout_secs)
+        self._tick_secs = max(0.05, min(1.0, shortest / 4))
+
+    async def serve(self, sockets: list[socket.socket]) -> None:
+        """Accepts connections on ``sockets`` (bound and listening) until :meth:`shutdown`, then lets
+        the answers being written finish, for :data:`STOP_GRACE_SECS` at most."""
+        loop = asyncio.get_running_loop()
+        listeners = [
+            await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=_BACKLOG)
+            for sock in sockets
+        ]
+        ticking = loop.call_later(self._tick_secs, self._sweep)
+        try:
+            await self._stop.wait()
+        finally:
+            self.stopping = True
+            for listener in listeners:
+                listener.close()
+            for connection in list(self.connections):
+                connection.shutdown()
+            deadline = loop.time() + STOP_GRACE_SECS
+            while self.connections and loop.time() < deadline:
+                await asyncio.sleep(0.02)
+            for connection in list(self.connections):
+                connection.transport.abort()
+            ticking.cancel()
+
+    def shutdown(self) -> None:
+        """Stop accepting; :meth:`serve` returns once the open answers are written."""
+        self._stop.set()
+
+    def _sweep(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for connection in list(self.connections):
+            connection.check_time(now)
+        if not self.stopping:
+            asyncio.get_running_loop().call_later(self._tick_secs, self._sweep)
+
+    def answered(self, connection: HttpConnection, exchange: Exchange) -> None:
+        if self.access_log:
+            scope = exchange.scope
+            query = scope["query_string"]
+            target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+            client = connection.client
+            peer = f"{client[0]}:{client[1]}" if client else "-"
+            access_log.info(
+                '%s - "%s %s HTTP/%s" %d',
+                peer,
+                scope["method"],
+                target,
+                scope["http_version"],
+                exchange.status,
+            )
+
+    def refused(self, connection: HttpConnection, status: int) -> None:
+        if self.access_log:
+            client = connection.client
+            peer = f"{client[0]}:{client[1]}" if client else "-"
+            access_log.info('%s - "%s %s HTTP/%s" %d', peer, "-", "-", "1.1", status)
