@@ -67,7 +67,7 @@ class ModelVersion:
     retired_schedulers: list[Scheduler] = field(default_factory=list)
     #: The router's route to this version as it stands (:func:`conch.router.router._plain_route`),
     #: kept here so that a request builds none and an unloaded version takes it with it.
-    plain_route: Route | None = field(default=None, repr=False, compare=False)
+    plain_route: Route | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.name, str(self.version))
