@@ -186,9 +186,11 @@ def stream_error(request_id: str, error: str) -> pb.ModelStreamInferResponse:
 def decode_parameters(parameters: Any) -> dict[str, Any]:
     """``map<string, InferParameter>`` as plain Python values."""
     decoded: dict[str, Any] = {}
-    if not parameters:  # the usual case; iterating even an empty map goes through Python's Mapping mixins
+    if not parameters:
         return decoded
-    for key, value in parameters.items():
+    # By key: ``items()`` is Python's Mapping mixin, a generator that costs more than the lookups.
+    for key in parameters:
+        value = parameters[key]
         which = value.WhichOneof("parameter_choice")
         decoded[key] = getattr(value, which) if which else None
     return decoded
