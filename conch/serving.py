@@ -21,6 +21,7 @@ from pathlib import Path
 import uvloop
 from prometheus_client.registry import Collector
 
+from conch import garbage_collection
 from conch.backends.python.backend_config import BackendSetting
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
@@ -255,6 +256,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         await grpc_server.start()
     if relay is not None:
         relay.open()
+    garbage_collection.settle()  # the heap is built: freeze it, so the collector stops walking it
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     if settings.busy_poll_us > 0 and relay is None:
