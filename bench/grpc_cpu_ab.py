@@ -1,0 +1,117 @@
+"""``python -m bench.grpc_cpu_ab BASE NEW``: server CPU per gRPC ModelInfer call in two trees, A/B.
+
+Why CPU per call rather than calls/s alone: on a shared 2-core machine, calls/s follows whatever else
+runs; the server's utime+stime (``/proc/PID/stat``) over the calls it answered
+(``nv_inference_request_success``) moves much less. Each round starts ``conch serve`` from each tree on
+the ``tiny`` model, warms it with perf_analyzer, then measures one perf_analyzer run at 32 clients
+(perf_analyzer's shapes as ``bench.loadgen`` gives them). The trees take turns going first, so that
+neither always meets the machine as the other left it. Prints each round, then medians and worsts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.loadgen import PERF_ANALYZER
+from bench.models import MODELS, write_conch_repository
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_SUCCESS = re.compile(r'^nv_inference_request_success\{model="tiny",version="1"\} (\S+)', re.M)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _calls(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
+        found = _SUCCESS.search(answer.read().decode())
+    if found is None:
+        raise RuntimeError("the server's metrics have no success count for 'tiny'")
+    return float(found.group(1))
+
+
+def _perf_analyzer(grpc_port: int, window_ms: int, workdir: Path) -> float:
+    """Calls/s at 32 clients over three windows (``-s 100``: any three, a shared machine rarely agrees)."""
+    report = workdir / f"pa-{grpc_port}.csv"
+    command = [str(PERF_ANALYZER), "-m", "tiny", "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc"]
+    command += ["--concurrency-range", "32", "-p", str(window_ms), "-s", "100", "-r", "3"]
+    command += ["--shape", f"INPUT0:{MODELS['tiny'][0]}", "-f", str(report)]
+    subprocess.run(command, capture_output=True, timeout=120, check=False)
+    with report.open() as rows:
+        return float(next(csv.DictReader(rows))["Inferences/Second"])
+
+
+def measure(tree: Path, repository: Path, first_port: int, workdir: Path) -> tuple[float, float]:
+    """(microseconds of server CPU per call, calls/s) of ``conch serve`` run from ``tree``."""
+    http, grpc_port, metrics = first_port, first_port + 1, first_port + 2
+    command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
+    command += ["--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics)]
+    server = subprocess.Popen(command, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _calls(metrics)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        _perf_analyzer(grpc_port, 1000, workdir)  # warm-up: the batcher and the acceptors settle
+        cpu, calls = _cpu_s(server.pid), _calls(metrics)
+        throughput = _perf_analyzer(grpc_port, 3000, workdir)
+        cpu, calls = _cpu_s(server.pid) - cpu, _calls(metrics) - calls
+        return cpu / calls * 1e6, throughput
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.grpc_cpu_ab", description=__doc__)
+    parser.add_argument("base", type=Path, help="the tree to compare against (a git worktree, say)")
+    parser.add_argument("new", type=Path)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--port", type=int, default=18110, help="first of the six ports used")
+    args = parser.parse_args()
+    trees = {"base": args.base.resolve(), "new": args.new.resolve()}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = Path(scratch)
+        repository = workdir / "repo"
+        write_conch_repository(repository, ["tiny"])
+        for round_ in range(args.rounds):
+            order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+            for name in order:
+                port = args.port if name == "base" else args.port + 3
+                cost, throughput = measure(trees[name], repository, port, workdir)
+                results[name].append((cost, throughput))
+                print(f"round {round_} {name}: {cost:.1f} us CPU/call, {throughput:,.0f} calls/s", flush=True)
+    for name, rows in results.items():
+        us = [u for u, _ in rows]
+        rates = [t for _, t in rows]
+        print(
+            f"{name}: CPU/call median {statistics.median(us):.1f} us, worst {max(us):.1f}; "
+            f"calls/s median {statistics.median(rates):,.0f}, worst {min(rates):,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
