@@ -174,6 +174,12 @@ def test_head_has_the_length_but_no_body(running: Running) -> None:
     assert b"content-length:" in head.lower() and rest == b""
 
 
+def test_head_of_a_streamed_answer_has_no_body_not_even_the_last_chunk(running: Running) -> None:
+    received = raw(running.port, b"HEAD /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and rest == b""
+
+
 def test_http_1_0_closes_unless_asked_to_keep_alive(running: Running) -> None:
     closed = raw(running.port, b"GET /old HTTP/1.0\r\n\r\n")
     assert (

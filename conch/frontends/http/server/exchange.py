@@ -149,7 +149,9 @@ class Exchange:
                 connection.server.clock.date_header(),
             )
             self.keep_alive, self.chunked = head.keep_alive, head.chunked
-            if self.head_only or not body:
+            if self.head_only:  # the head a GET would have had, and no body at all
+                connection.write(head.data)
+            elif not body:
                 connection.write(head.data + (CHUNKED_END if self.chunked and not more else b""))
             elif self.chunked:
                 connection.write(head.data + chunk(body) + (b"" if more else CHUNKED_END))
