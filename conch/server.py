@@ -284,8 +284,7 @@ class InferenceServer:
             self.router.record(route, error, elapsed / 1e9)
         queue_ns = scheduled.queue_ns
         stats.record_success(elapsed, queue_ns)
-        if route.released:
-            self.router.shadow(route, scheduled, outputs)
+        self.router.shadow(route, scheduled, outputs)
         return InferenceResponse(
             model_name=request.model_name,
             model_version=str(served.version),
@@ -305,10 +304,15 @@ class InferenceServer:
         if "sequence_id" in parameters and not config.HasField("sequence_batching"):
             refuse_sequence_parameters(parameters, request.model_name)
         rows = request.batch_size(config.max_batch_size > 0)
-        # By position (inputs, output_names, rows, parameters, queue_ns, in_flight, id, stream, trace):
-        # keywords cost about 0.2 us more on every request.
         return ScheduledRequest(
-            inputs, output_names, rows, parameters, 0, self.in_flight, request.id, stream, request.trace
+            inputs,
+            output_names,
+            rows,
+            parameters,
+            in_flight=self.in_flight,
+            id=request.id,
+            stream=stream,
+            trace=request.trace,
         )
 
     def is_decoupled(self, name: str, version: str = "") -> bool:

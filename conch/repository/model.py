@@ -114,11 +114,7 @@ class Model:
     @property
     def ready_versions(self) -> list[ModelVersion]:
         """The READY versions that serve on their own, oldest first (standbys are not among them)."""
-        versions = self.versions
-        if len(versions) == 1:  # most models: nothing to sort
-            for v in versions.values():
-                return [v] if v.state is _READY and not v.standby else []
-        return [v for _, v in sorted(versions.items()) if v.state is _READY and not v.standby]
+        return [v for _, v in sorted(self.versions.items()) if v.state is _READY and not v.standby]
 
     def newest_ready_version(self) -> ModelVersion | None:
         """``ready_versions[-1]``, or None when there is none: the router asks on every request, so

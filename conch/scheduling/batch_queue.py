@@ -214,7 +214,13 @@ class BatchQueue:
                 timeout_us = override
             deadline_ns = now + timeout_us * 1000
         pending = PendingRequest(
-            request, now, level, deadline_ns, self._sequence, shape_key(request), False, ticket
+            request=request,
+            enqueued_ns=now,
+            level=level,
+            deadline_ns=deadline_ns,
+            sequence=self._sequence,
+            shape_key=shape_key(request),
+            ticket=ticket,
         )
         self._sequence += 1
         queue.append(pending)

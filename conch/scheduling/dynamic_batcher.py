@@ -179,9 +179,7 @@ class DynamicBatcher:
             for name, array in outputs.items():
                 for pending in batch:
                     end = start + pending.request.rows
-                    future = pending.ticket  # resolved here, as _resolve would, without two calls each
-                    if not future.done():
-                        future.set_result({name: array[start:end]})
+                    _resolve(pending, {name: array[start:end]})
                     start = end
             return
         for pending in batch:

@@ -50,11 +50,7 @@ class RequestsInFlight:
 
 @dataclass(slots=True)
 class ScheduledRequest:
-    """A validated request on its way to an instance. ``queue_ns`` is set by the scheduler.
-
-    ``InferenceServer._scheduled`` passes every field by position, on every request: a new field goes
-    last, and the order stays.
-    """
+    """A validated request on its way to an instance. ``queue_ns`` is set by the scheduler."""
 
     inputs: dict[str, np.ndarray]
     output_names: list[str]

@@ -6,7 +6,6 @@ Inputs come as ``raw_input_contents`` (decoded as views over the received bytes)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -33,12 +32,6 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-
-#: The fixed-size datatypes by wire name: numpy dtype and bytes per element (BYTES is length-prefixed).
-_FIXED_SIZE = {d.name: (d.numpy, d.item_size) for d in datatypes.BY_NAME.values() if d.name != "BYTES"}
-
-#: numpy kinds that :func:`codecs.to_bytes` writes as length-prefixed BYTES elements.
-_LENGTH_PREFIXED_KINDS = ("O", "U", "S")
 
 
 def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None = None) -> InferenceRequest:
@@ -85,7 +78,7 @@ def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None =
                 "raw_input_contents or every input in typed contents"
             )
         if raw:
-            data = _from_raw(item, shape, raw[index], message.model_name)
+            data = codecs.from_bytes(item.name, item.datatype, shape, raw[index], message.model_name)
         else:
             data = _from_contents(item, shape, message.model_name)
         request.inputs.append(Tensor(item.name, item.datatype, data))
@@ -105,18 +98,6 @@ def _shape(item: pb.ModelInferRequest.InferInputTensor) -> tuple[int, ...]:
     if len(shape) > codecs.MAX_DIMS or (shape and min(shape) < 0):
         return codecs.check_shape(item.name, list(shape))
     return shape
-
-
-def _from_raw(
-    item: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], buffer: bytes, model: str
-) -> np.ndarray:
-    """A view over ``buffer`` for a fixed-size datatype of the right byte size; anything else (BYTES,
-    an unknown datatype, a size mismatch) goes to :func:`codecs.from_bytes`, which decodes or refuses
-    it in Triton's words."""
-    fixed = _FIXED_SIZE.get(item.datatype)
-    if fixed is None or len(buffer) != math.prod(shape) * fixed[1]:
-        return codecs.from_bytes(item.name, item.datatype, shape, buffer, model)
-    return np.frombuffer(buffer, dtype=fixed[0]).reshape(shape)
 
 
 def _requested_output(
@@ -159,12 +140,8 @@ def encode_response(
     for tensor in response.outputs:
         data = tensor.data
         outputs.add(name=tensor.name, datatype=tensor.datatype, shape=data.shape)
-        if in_regions and tensor.name in in_regions:
-            contents.append(b"")
-        elif data.dtype.kind in _LENGTH_PREFIXED_KINDS:
-            contents.append(bytes(codecs.to_bytes(data)))
-        else:  # the bytes codecs.to_bytes gives a fixed-size array, in one copy rather than two
-            contents.append(data.tobytes())
+        in_region = bool(in_regions) and tensor.name in in_regions
+        contents.append(b"" if in_region else bytes(codecs.to_bytes(data)))
     return message
 
 

@@ -82,11 +82,9 @@ class HttpServer:
             scope = exchange.scope
             query = scope["query_string"]
             target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
-            client = connection.client
-            peer = f"{client[0]}:{client[1]}" if client else "-"
             access_log.info(
                 '%s - "%s %s HTTP/%s" %d',
-                peer,
+                _peer(connection),
                 scope["method"],
                 target,
                 scope["http_version"],
@@ -95,6 +93,9 @@ class HttpServer:
 
     def refused(self, connection: HttpConnection, status: int) -> None:
         if self.access_log:
-            client = connection.client
-            peer = f"{client[0]}:{client[1]}" if client else "-"
-            access_log.info('%s - "%s %s HTTP/%s" %d', peer, "-", "-", "1.1", status)
+            access_log.info('%s - "%s %s HTTP/%s" %d', _peer(connection), "-", "-", "1.1", status)
+
+
+def _peer(connection: HttpConnection) -> str:
+    client = connection.client
+    return f"{client[0]}:{client[1]}" if client else "-"
