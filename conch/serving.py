@@ -263,8 +263,15 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         # With --grpc-relay the relay process polls instead: two polling processes and a client on two
         # cores took turns with each other (a lone client's calls/s fell by a fifth, unsteadily).
         poll_when_idle(loop, server.in_flight, settings.busy_poll_us / 1e6)
+
+    def stop() -> None:
+        # Not ready from this turn of the loop on: a probe already read waits for a later turn
+        # (each request runs as a task), so none answers 200 after the signal.
+        server.stopping = True
+        stopping.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, stop)
     # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.
     server.started = True
     sockets = [http_socket] if metrics_socket is None else [http_socket, metrics_socket]
