@@ -33,7 +33,7 @@ from bench.loadgen import LoadResult, run_perf_analyzer
 from bench.models import MODELS, model_config
 from bench.servers import Ports
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, LISTENER_EXPERIMENT
-from conch.frontends.grpc.servicer import register_servicer
+from conch.frontends.grpc.grpc_server import register_servicer
 
 
 class EmptyServicer(service_pb2_grpc.GRPCInferenceServiceServicer):

@@ -3,10 +3,12 @@
 Why: every request's protocol work (HTTP parsing, JSON and protobuf, gRPC's per-call cost) runs on the
 event loop of the process that owns the connection. Whether conch gets faster with more cores is the
 question a user sizing a pod asks. The server (and every process it starts) runs under ``taskset -c``
-on the first N cores, for each N of ``--cores``, with one process (``--workers 1``) and with one per
-core (``--workers N``, a full copy of the server per process sharing the ports); the load is the same
-for every configuration. The load generator is not pinned: on a machine with as many cores as the
-largest N it shares them with the server, so the figures are indicative there.
+on the first N cores, for each N of ``--cores``, with one process (``--workers 1``), with one per
+core (``--workers N``, a full copy of the server per process sharing the ports), and with frontend
+processes (``--frontends N-1`` and ``--frontends N``: protocol work in N processes, one model process
+behind them); the load is the same for every configuration. The load generator is not pinned: on a
+machine with as many cores as the largest N it shares them with the server, so the figures are
+indicative there.
 """
 
 from __future__ import annotations
@@ -37,20 +39,23 @@ class Setup:
 
     cores: int
     workers: int
+    frontends: int = 0
 
     @property
     def name(self) -> str:
         cores = f"{self.cores} core" + ("s" if self.cores > 1 else "")
+        if self.frontends:
+            return f"{cores}, {self.frontends} frontend" + ("s" if self.frontends > 1 else "")
         return f"{cores}, {self.workers} worker" + ("s" if self.workers > 1 else "")
 
 
 def setups(cores: Sequence[int]) -> list[Setup]:
-    """For each core count: one process, and (above one core) one process per core."""
+    """For each core count: one process; above one core, one process per core, and frontends."""
     found = []
     for n in cores:
         found.append(Setup(n, 1))
         if n > 1:
-            found.append(Setup(n, n))
+            found += [Setup(n, n), Setup(n, 1, n - 1), Setup(n, 1, n)]
     return found
 
 
@@ -90,9 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         body.write_bytes(loadgen.infer_body(args.model))
         for number in range(1, args.rounds + 1):
             for setup in plan if number % 2 else list(reversed(plan)):
-                workdir = Path(folder) / f"{setup.cores}-{setup.workers}"
+                workdir = Path(folder) / f"{setup.cores}-{setup.workers}-{setup.frontends}"
                 pinned = ",".join(map(str, cpus[: setup.cores]))
-                server = serve_conch(repository, workdir, workers=setup.workers)
+                extra = [f"--frontends={setup.frontends}"] if setup.frontends else []
+                server = serve_conch(repository, workdir, workers=setup.workers, extra=extra)
                 server.command = ["taskset", "-c", pinned, *server.command]
                 try:
                     with server:

@@ -31,12 +31,25 @@ def poll_when_idle(loop: asyncio.AbstractEventLoop, in_flight: RequestsInFlight,
 
 
 class BusyPoll:
-    """Polls the loop for ``window_s`` after each moment the server becomes idle."""
+    """Polls the loop for ``window_s`` after each moment the server becomes idle.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, in_flight: RequestsInFlight, window_s: float) -> None:
+    With ``busy_below`` 2 it also polls while one request is in flight: a frontend process of
+    ``--frontends`` has nothing to do while the model process computes a lone request's answer,
+    and polling reads that answer without a wake-up (call :meth:`server_idle` as the request
+    leaves for the model process too). With more in flight it sleeps, as the cores are needed.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        in_flight: RequestsInFlight,
+        window_s: float,
+        busy_below: int = 1,
+    ) -> None:
         self._loop = loop
         self._in_flight = in_flight
         self._window_s = window_s
+        self._busy_below = busy_below
         self._until = 0.0
         self.spinning = False
 
@@ -49,7 +62,7 @@ class BusyPoll:
 
     def _turn(self) -> None:
         # A ready callback makes the loop poll its sockets without blocking, then call this again.
-        if self._in_flight.count == 0 and time.perf_counter() < self._until:
+        if self._in_flight.count < self._busy_below and time.perf_counter() < self._until:
             self._loop.call_soon(self._turn)
         else:
             self.spinning = False

@@ -27,8 +27,8 @@ from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.core.tensor_limits import TensorLimits
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES
+from conch.frontends.grpc.grpc_server import create_grpc_server
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
-from conch.frontends.grpc.servicer import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server import HttpServer
@@ -36,6 +36,7 @@ from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
+from conch.lifecycle.drain import drain
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.observability import tracing
@@ -55,6 +56,7 @@ from conch.release.runner import check_releases, release_controller
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
+from conch.runtime.frontend_processes import FrontendStartError, frontends_for
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling
@@ -75,6 +77,8 @@ class ServeSettings:
     server_name: str = "conch"
     default_max_batch_size: int = 4
     workers: int = 1
+    #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them.
+    frontends: int = 0
     grpc_relay: bool = False
     busy_poll_us: int = 1000
     grpc_acceptors: int = DEFAULT_ACCEPTORS
@@ -152,8 +156,13 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     As one of several workers, HTTP comes on the supervisor's socket, gRPC shares its port with the
     other workers (``SO_REUSEPORT``), and the supervisor serves the metrics port.
     """
-    http_socket = worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")
-    metrics_socket = None if worker else listen(settings.host, settings.metrics_port, "metrics")
+    sockets = (
+        []
+        if settings.frontends
+        else [worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")]
+    )
+    if worker is None:
+        sockets.append(listen(settings.host, settings.metrics_port, "metrics"))
     options = LoadOptions(
         default_max_batch_size=settings.default_max_batch_size,
         cpu_cores=max(1, (os.cpu_count() or 1) // settings.workers),
@@ -191,9 +200,12 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     except ValueError as exc:
         raise ServeError(str(exc)) from None
     grpc_address = f"{settings.host}:{settings.grpc_port}"
-    grpc_server, relay = None, None
+    grpc_server, relay, frontends = None, None, None
     try:
-        if settings.grpc_relay:
+        if settings.frontends:
+            frontends = frontends_for(settings, server, codes, gateway, journal)
+            await frontends.start()
+        elif settings.grpc_relay:
             relay = RelayEndpoint(server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors)
             await relay.start()
         else:
@@ -209,7 +221,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
-    except RelayStartError as exc:
+    except (RelayStartError, FrontendStartError) as exc:
         raise ServeError(str(exc)) from None
     log.debug("serve settings: %s", settings)
     log.info("loading model repository %s", settings.repository)
@@ -219,26 +231,21 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         reconcile_files(releases)
         control.load_startup()
     except BaseException:
-        if relay is not None:
-            await relay.stop()  # the relay must not outlive a server that failed to load
+        for process in (relay, frontends):
+            if process is not None:
+                await process.stop()  # it must not outlive a server that failed to load
         raise
     if worker is None or worker.index == 0:
         print(model_table(repository), flush=True)
     deep_health = DeepHealth(server, settings.deep_health)
     access = settings.request_log.access_log
-    servers = [
-        HttpServer(
-            HttpFrontend(
-                server, settings.http_limits, deep_health, codes.http, gateway, inference_log=journal
-            ),
-            settings.http_limits,
-            access,
-        )
-    ]
+    http_app = HttpFrontend(
+        server, settings.http_limits, deep_health, codes.http, gateway, inference_log=journal
+    )
+    servers = [] if frontends else [HttpServer(http_app, settings.http_limits, access)]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
     tasks.append(asyncio.create_task(keep_sampling(server)))  # the status page's recent traffic
     if worker is None:
-        assert metrics_socket is not None
         collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
         collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
@@ -256,6 +263,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         await grpc_server.start()
     if relay is not None:
         relay.open()
+    if frontends is not None:
+        frontends.hub.http_app = http_app
+        frontends.open()
     garbage_collection.settle()  # the heap is built: freeze it, so the collector stops walking it
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -274,7 +284,6 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         loop.add_signal_handler(sig, stop)
     # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.
     server.started = True
-    sockets = [http_socket] if metrics_socket is None else [http_socket, metrics_socket]
     serving = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
     log.info(
         "serving%s: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
@@ -286,8 +295,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         tasks.append(asyncio.create_task(control.poll_forever()))
     tasks.append(asyncio.create_task(check_releases(releases)))
     waits = [asyncio.create_task(stopping.wait()), *serving]
-    if relay is not None:
-        waits.append(asyncio.create_task(relay.lost.wait()))
+    for lost in (relay and relay.lost, frontends and frontends.hub.lost):
+        if lost:
+            waits.append(asyncio.create_task(lost.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     await drain(server, settings.exit_timeout_secs)
     server.started = False
@@ -295,8 +305,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         each.shutdown()
     if grpc_server is not None:
         await grpc_server.stop(grace=5)
-    if relay is not None:
-        await relay.stop()
+    for process in (relay, frontends):
+        if process is not None:
+            await process.stop()
     await asyncio.gather(*serving, return_exceptions=True)
     for task in tasks:
         task.cancel()
@@ -305,6 +316,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("stopped")
     if relay is not None and relay.lost.is_set():
         raise ServeError("the gRPC relay process exited; the server stopped")
+    if frontends is not None and frontends.hub.lost.is_set():
+        raise ServeError("a frontend process exited; the server stopped")
 
 
 def routing_collectors(server: InferenceServer) -> list[Collector]:
@@ -332,25 +345,6 @@ def control_settings(settings: ServeSettings) -> ControlSettings:
         startup_models=settings.load_models,
         drain_timeout_secs=settings.exit_timeout_secs,
     )
-
-
-async def drain(server: InferenceServer, timeout_secs: float) -> None:
-    """Graceful shutdown's first half: the ports stay open while the requests in the server finish.
-
-    Readiness answers 503 at once and new inference requests get a 503, so a load balancer moves
-    traffic away, while queued and running requests complete; after ``timeout_secs`` the server
-    stops anyway (Triton's ``--exit-timeout-secs``).
-    """
-    server.stopping = True
-    waiting = server.in_flight.count
-    log.info("stopping: %d request(s) in flight; waiting up to %.0f s for them", waiting, timeout_secs)
-    deadline = asyncio.get_running_loop().time() + timeout_secs
-    while server.in_flight.count > 0 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
-    if server.in_flight.count:
-        log.warning(
-            "stopping with %d request(s) unfinished after %.0f s", server.in_flight.count, timeout_secs
-        )
 
 
 def _own_statistics(server: InferenceServer) -> Callable[[object], Awaitable[list[ModelStatistics]]]:

@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     setting(
         serve,
+        "--frontends",
+        at_least(0),
+        "0",
+        "frontend processes that own the HTTP and gRPC ports (SO_REUSEPORT) and decode and encode "
+        "inference there, handing tensors to this process's models through shared memory; batches, "
+        "model control, shared memory and sequences stay in one model process; 0 serves the ports "
+        "from the model process itself (see conch docs tuning)",
+    )
+    setting(
+        serve,
         "--grpc-relay",
         boolean,
         "false",
@@ -255,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         server_name=args.server_name,
         default_max_batch_size=args.default_max_batch_size,
         workers=args.workers,
+        frontends=args.frontends,
         grpc_relay=args.grpc_relay,
         busy_poll_us=args.busy_poll_us,
         grpc_acceptors=args.grpc_acceptors,
@@ -276,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         tracing=trace_settings(args),
         request_log=request_log,
     )
+    if args.frontends and (args.workers > 1 or args.grpc_relay):
+        print("conch: --frontends replaces --workers and --grpc-relay; use one of them", file=sys.stderr)
+        return 2
     if args.grpc_relay and args.workers > 1:
         print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)
         return 2

@@ -60,6 +60,15 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module", params=["in-process", "frontends"])
+def server(
+    start_server: Callable[..., ServerProcess], repository: Path, request: pytest.FixtureRequest
+) -> ServerProcess:
+    """The repository served by one process, and by two frontend processes in front of the model
+    process (``--frontends 2``): every test runs against both."""
+    return start_server(repository, "--frontends", "2" if request.param == "frontends" else "0")
+
+
 @pytest.fixture(scope="module")
 def onnxruntime_run(repository: Path) -> Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Runs ``<model>/1/model.onnx`` of the served repository directly in onnxruntime: the reference."""

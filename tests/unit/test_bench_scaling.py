@@ -8,9 +8,14 @@ from datetime import UTC, datetime
 from bench.scaling import Setup, render, setups
 
 
-def test_each_core_count_runs_with_one_process_and_with_one_per_core() -> None:
-    assert setups([1, 2, 4]) == [Setup(1, 1), Setup(2, 1), Setup(2, 2), Setup(4, 1), Setup(4, 4)]
+def test_each_core_count_runs_with_one_process_with_one_per_core_and_with_frontends() -> None:
+    assert setups([1, 2, 4]) == [
+        Setup(1, 1),
+        *(Setup(2, 1), Setup(2, 2), Setup(2, 1, 1), Setup(2, 1, 2)),
+        *(Setup(4, 1), Setup(4, 4), Setup(4, 1, 3), Setup(4, 1, 4)),
+    ]
     assert Setup(2, 2).name == "2 cores, 2 workers" and Setup(1, 1).name == "1 core, 1 worker"
+    assert Setup(2, 1, 1).name == "2 cores, 1 frontend" and Setup(4, 1, 3).name == "4 cores, 3 frontends"
 
 
 def test_ratios_are_medians_against_one_core() -> None:

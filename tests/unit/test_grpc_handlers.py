@@ -7,7 +7,8 @@ from typing import NamedTuple
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from conch.frontends.grpc.servicer import InferenceServicer, generic_handlers_only
+from conch.frontends.grpc.grpc_server import generic_handlers_only
+from conch.frontends.grpc.servicer import InferenceServicer
 from conch.repository.model_repository import ModelRepository
 from conch.server import InferenceServer, ServerOptions
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
-from conch.core.types import InferenceResponse
+from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
@@ -367,17 +367,23 @@ class HttpFrontend:
             leases.release()
         if trace is not None:
             trace.begin("encode")
-        payload, json_length = infer_codec.encode_response(response, request)
-        if json_length is None:
-            headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
-        else:
-            headers = [
-                (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
-                (b"inference-header-content-length", str(json_length).encode()),
-            ]
-        if "fallback_level" in response.parameters:
-            headers.append((b"conch-fallback", str(response.parameters["fallback_level"]).encode()))
-        payload, encoding = compress_for(scope, payload)
-        if encoding is not None:
-            headers.append((b"content-encoding", encoding))
-        return 200, payload, headers
+        return infer_reply(scope, request, response)
+
+
+def infer_reply(scope: Scope, request: InferenceRequest, response: InferenceResponse) -> Reply:
+    """An inference's 200 answer: JSON or the binary extension, the fallback header, compressed as
+    the client accepts (the frontend processes of ``--frontends`` answer with this too)."""
+    payload, json_length = infer_codec.encode_response(response, request)
+    if json_length is None:
+        headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]
+    else:
+        headers = [
+            (b"content-type", infer_codec.BINARY_CONTENT_TYPE),
+            (b"inference-header-content-length", str(json_length).encode()),
+        ]
+    if "fallback_level" in response.parameters:
+        headers.append((b"conch-fallback", str(response.parameters["fallback_level"]).encode()))
+    payload, encoding = compress_for(scope, payload)
+    if encoding is not None:
+        headers.append((b"content-encoding", encoding))
+    return 200, payload, headers

@@ -195,6 +195,9 @@ class SegmentPool:
         self._used: dict[str, Segment] = {}
         self._count = 0
         self._lock = threading.Lock()
+        #: Free segments kept for reuse (:data:`KEPT_FREE`); a side with many messages in flight
+        #: keeps about one per message, so that none is made and removed per message.
+        self.kept_free = KEPT_FREE
         #: Told the name of each segment removed for good, so the reader unmaps it too: each mapping
         #: holds a file descriptor, and segments come and go under load.
         self.on_drop: Callable[[str], None] | None = None
@@ -229,7 +232,7 @@ class SegmentPool:
             if segment is None:
                 return
             self._free.append(segment)
-            if len(self._free) <= KEPT_FREE:
+            if len(self._free) <= self.kept_free:
                 return
             self._free.sort(key=lambda s: s.size)
             dropped = self._free.pop(0)

@@ -1,0 +1,2 @@
+"""The processes of ``conch serve --frontends N``: frontend processes that own the public ports and
+one model process that owns the scheduler and the models (``docs/architecture.md``)."""

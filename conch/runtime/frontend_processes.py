@@ -1,0 +1,175 @@
+"""The model process's side of ``conch serve --frontends N``: start the frontend processes, let
+them answer once the models are loaded, and stop them.
+
+The frontends run in sessions of their own: a signal to the server's process group (Ctrl-C) must not
+kill them under answers still being written; they stop when this process tells them to, or when its
+socket closes. A frontend that dies stops the server with an error, so an orchestrator restarts the
+whole of it (as with ``--workers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conch.frontends.grpc.call_gate import stream_gate
+from conch.frontends.grpc.grpc_server import served_methods
+from conch.frontends.grpc.servicer import InferenceServicer
+from conch.observability import tracing
+from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
+from conch.runtime.hub import FrontendHub
+
+if TYPE_CHECKING:
+    from conch.gateway.gateway import Gateway
+    from conch.observability.gateway_metrics import AnswerCodes
+    from conch.observability.inference_log import InferenceLog
+    from conch.server import InferenceServer
+    from conch.serving import ServeSettings
+
+log = logging.getLogger(__name__)
+
+_START_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 10.0
+
+
+class FrontendStartError(Exception):
+    """A frontend process did not come up; the message says why (a taken port, usually)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontendSettings:
+    """What each frontend process is started with (from the serve flags)."""
+
+    host: str
+    http_port: int
+    grpc_port: int
+    #: False when the gateway, inference logs or traces are on: every request is then relayed.
+    decode_here: bool
+    grpc_acceptors: int
+    grpc_max_message_bytes: int
+    http_limits: object
+    access_log: bool
+    busy_poll_us: int
+
+
+class FrontendProcesses:
+    """``count`` frontend processes linked to ``hub``."""
+
+    def __init__(self, hub: FrontendHub, settings: FrontendSettings, count: int) -> None:
+        self.hub = hub
+        self.settings = settings
+        self.count = count
+        self._folder = tempfile.TemporaryDirectory(prefix="conch-frontends-")
+        self._processes: list[asyncio.subprocess.Process] = []
+        self._exits: list[asyncio.Task[int]] = []
+
+    async def start(self) -> None:
+        """Start every frontend and wait until each has bound the ports and connected."""
+        path = str(Path(self._folder.name) / "model.sock")
+        self.hub.listen(path)
+        level = logging.getLogger().getEffectiveLevel()
+        fmt = "json" if _json_logging() else "text"
+        each = self.settings
+        for _ in range(self.count):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "conch.runtime.frontend",
+                "--socket", path, "--host", each.host,
+                "--http-port", str(each.http_port), "--grpc-port", str(each.grpc_port),
+                "--decode-here", str(int(each.decode_here)),
+                "--grpc-acceptors", str(each.grpc_acceptors),
+                "--grpc-max-message-bytes", str(each.grpc_max_message_bytes),
+                "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),  # type: ignore[call-overload]
+                "--access-log", str(int(each.access_log)),
+                "--busy-poll-us", str(each.busy_poll_us),
+                "--log-level", str(level), "--log-format", fmt,
+                start_new_session=True,
+            )  # fmt: skip
+            self._processes.append(process)
+            self._exits.append(asyncio.get_running_loop().create_task(self._watch(process)))
+        connected = asyncio.ensure_future(self.hub.connected(self.count))
+        waiting = {connected, *self._exits}
+        done, _ = await asyncio.wait(waiting, timeout=_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        if connected in done:
+            return
+        connected.cancel()
+        codes = [task.result() for task in self._exits if task.done()]
+        await self.stop()
+        for code, port, what in (
+            (EXIT_CANNOT_LISTEN_HTTP, each.http_port, "HTTP"),
+            (EXIT_CANNOT_LISTEN_GRPC, each.grpc_port, "gRPC"),
+        ):
+            if code in codes:
+                raise FrontendStartError(f"cannot listen on {each.host}:{port} ({what})")
+        if not codes:
+            raise FrontendStartError(f"the frontend processes did not connect within {_START_TIMEOUT_S:g} s")
+        raise FrontendStartError(f"a frontend process did not start (exit status {codes[0]})")
+
+    def open(self) -> None:
+        """Let the frontends answer: the models are loaded."""
+        self.hub.open()
+
+    async def stop(self) -> None:
+        """Tell the frontends to stop, wait for them, and remove what they left in shared memory."""
+        self.hub.close()
+        for process in self._processes:
+            if process.returncode is None:
+                try:
+                    await asyncio.wait_for(process.wait(), timeout=_STOP_TIMEOUT_S)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+        self.hub.forget()
+        self._folder.cleanup()
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> int:
+        """Report the frontend's exit while the server is not stopping."""
+        code = await process.wait()
+        if self.hub.opened and not self.hub.stopping:
+            log.error("frontend process %d exited (status %d)", process.pid, code)
+            self.hub.lost.set()
+        return code
+
+
+def _json_logging() -> bool:
+    from conch.observability.log_format import JsonFormatter
+
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def frontends_for(
+    settings: ServeSettings,
+    server: InferenceServer,
+    codes: AnswerCodes,
+    gateway: Gateway | None,
+    journal: InferenceLog | None,
+) -> FrontendProcesses:
+    """``settings.frontends`` frontend processes for ``server``, their relayed gRPC calls answered by
+    the same handlers (gateway, counters, inference log) as the in-process gRPC server's. The hub's
+    HTTP app is set once the server has built it."""
+    servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
+    servicer.inference_log = journal
+    hub = FrontendHub(server, None, served_methods(servicer, codes.grpc, gateway), codes)
+    decode_here = gateway is None and journal is None and tracing.tracer is None
+    frontend = FrontendSettings(
+        host=settings.host,
+        http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
+        decode_here=decode_here,
+        grpc_acceptors=settings.grpc_acceptors,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        # Each frontend holds its share of the connection cap: the kernel spreads connections
+        # evenly, not exactly, so the cap holds to within one share.
+        http_limits=dataclasses.replace(
+            settings.http_limits,
+            max_connections=-(-settings.http_limits.max_connections // settings.frontends),
+        ),
+        access_log=settings.request_log.access_log,
+        busy_poll_us=settings.busy_poll_us,
+    )
+    return FrontendProcesses(hub, frontend, settings.frontends)

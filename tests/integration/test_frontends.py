@@ -1,0 +1,291 @@
+"""``conch serve --frontends N``: frontend processes own the ports, one model process the models.
+
+Each test runs a real server with two frontend processes and talks to it with tritonclient over
+fresh connections, so requests land on both frontends (the kernel spreads connections over the
+processes sharing a port). What one process did for ``--workers`` it could not (model control,
+shared memory, sequences, a server-wide rate limit) must work here, because all of it lives in the
+one model process; and results must be what onnxruntime computes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
+from tests.fixtures.sequence_models import accumulator_config, accumulator_model
+from tests.integration.server_process import ServerProcess, free_port
+
+FRONTENDS = ("--frontends", "2")
+BATCHED = """
+name: "batched"
+max_batch_size: 64
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+"""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(
+        tmp_path_factory.mktemp("frontends"),
+        {
+            "relu": (variable_dims_model(), None),
+            "batched": (variable_dims_model(), BATCHED),
+            "identity": (identity_model(TensorProto.FLOAT), None),
+            "acc": (accumulator_model(TensorProto.UINT64), accumulator_config("acc")),
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    return start_server(repository, *FRONTENDS, "--model-control-mode", "explicit", "--load-model", "*")
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(
+        variable_dims_model().SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return np.asarray(session.run(["Y"], {"X": x})[0])
+
+
+def frontend_pids(server: ServerProcess) -> list[int]:
+    """The frontend processes of ``server`` (they run in sessions of their own, so by command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"conch.runtime.frontend" in command and str(server.http_port).encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+def http_relu(server: ServerProcess, x: np.ndarray, binary: bool) -> np.ndarray:
+    client = httpclient.InferenceServerClient(server.http_url)  # a connection of its own
+    try:
+        tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=binary)
+        output = httpclient.InferRequestedOutput("Y", binary_data=binary)
+        return np.asarray(client.infer("relu", [tensor], outputs=[output]).as_numpy("Y"))
+    finally:
+        client.close()
+
+
+def grpc_relu(server: ServerProcess, x: np.ndarray, model: str = "relu") -> np.ndarray:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("X", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        return np.asarray(client.infer(model, [tensor]).as_numpy("Y"))
+    finally:
+        client.close()
+
+
+def test_two_frontend_processes_share_the_ports(server: ServerProcess) -> None:
+    assert len(frontend_pids(server)) == 2
+    assert server.request("GET", "/v2/health/ready").status == 200
+
+
+@pytest.mark.parametrize("width", [4, 5000])  # inside the message, and through a shared-memory segment
+def test_answers_are_what_onnxruntime_computes_over_every_protocol(server: ServerProcess, width: int) -> None:
+    rng = np.random.default_rng(width)
+    for _ in range(6):  # fresh connections: both frontends answer some
+        x = rng.standard_normal((3, width)).astype(np.float32)
+        wanted = relu(x)
+        np.testing.assert_array_equal(http_relu(server, x, binary=False), wanted)
+        np.testing.assert_array_equal(http_relu(server, x, binary=True), wanted)
+        np.testing.assert_array_equal(grpc_relu(server, x), wanted)
+
+
+def test_requests_through_both_frontends_form_whole_batches(server: ServerProcess) -> None:
+    def one(index: int) -> bool:
+        x = np.full((1, 8), float(index), np.float32)
+        if index % 2:
+            return bool(np.array_equal(grpc_relu(server, x, "batched"), relu(x)))
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            tensor = httpclient.InferInput("X", [1, 8], "FP32")
+            tensor.set_data_from_numpy(x)
+            return bool(np.array_equal(client.infer("batched", [tensor]).as_numpy("Y"), relu(x)))
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(pool.map(one, range(64)))
+    stats = server.request("GET", "/v2/models/batched/stats").json()["model_stats"][0]
+    assert stats["inference_count"] == 64
+    assert stats["execution_count"] < 64 / 2, stats  # rows from many connections ran together
+
+
+def test_model_control_works_through_any_frontend(server: ServerProcess) -> None:
+    x = np.ones((1, 4), np.float32)
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        grpc_client.unload_model("relu")
+        with pytest.raises(InferenceServerException) as caught:
+            http_relu(server, x, binary=False)
+        assert caught.value.status() in ("400", "404", "503")
+        assert "relu" in str(caught.value.message())
+        httpclient.InferenceServerClient(server.http_url).load_model("relu")
+        np.testing.assert_array_equal(grpc_relu(server, x), relu(x))
+    finally:
+        grpc_client.close()
+
+
+def test_shared_memory_registered_on_one_connection_serves_another(server: ServerProcess) -> None:
+    x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
+    key = f"/conch-frontends-{os.getpid()}"
+    region = shm.create_shared_memory_region("fe-region", key, 2 * x.nbytes)
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        shm.set_shared_memory_region(region, [x])
+        http_client.register_system_shared_memory("fe-region", key, 2 * x.nbytes)
+        tensor = grpcclient.InferInput("X", [2, 8], "FP32")
+        tensor.set_shared_memory("fe-region", x.nbytes)
+        output = grpcclient.InferRequestedOutput("Y")
+        output.set_shared_memory("fe-region", x.nbytes, offset=x.nbytes)
+        grpc_client.infer("relu", [tensor], outputs=[output])
+        got = shm.get_contents_as_numpy(region, np.float32, [2, 8], offset=x.nbytes)
+        np.testing.assert_array_equal(got, relu(x))
+        status = grpc_client.get_system_shared_memory_status("fe-region", as_json=True)
+        assert status["regions"]["fe-region"]["byte_size"] == str(2 * x.nbytes)
+    finally:
+        http_client.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(region)
+        http_client.close()
+        grpc_client.close()
+
+
+def test_a_sequence_keeps_its_state_across_connections(server: ServerProcess) -> None:
+    total = 0.0
+    for index, value in enumerate([3.0, 4.0, 5.0, 6.0]):
+        total += value
+        client = (httpclient if index % 2 else grpcclient).InferenceServerClient(
+            server.http_url if index % 2 else server.grpc_url
+        )
+        module = httpclient if index % 2 else grpcclient
+        tensor = module.InferInput("INPUT", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.full([1, 1], value, np.float32))
+        result = client.infer(
+            "acc", [tensor], sequence_id=77, sequence_start=index == 0, sequence_end=index == 3
+        ).as_numpy("OUTPUT")
+        client.close()
+        assert float(result.reshape(-1)[0]) == total
+
+
+def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProcess) -> None:
+    body = b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,4],"data":[1,2,3]}]}'
+    unknown = server.request("POST", "/v2/models/no-such-model/infer", body)
+    assert unknown.status == 404 and "no-such-model" in unknown.json()["error"]
+    short = server.request("POST", "/v2/models/relu/infer", body)
+    assert short.status == 400 and "needs 4 elements" in short.json()["error"]
+    assert server.request("GET", "/v2/health/live").status == 200
+
+
+def test_refused_with_workers_or_the_relay(repository: Path, tmp_path: Path) -> None:
+    for flags in (["--workers", "2"], ["--grpc-relay", "true"]):
+        refused = ServerProcess(repository, [*FRONTENDS, *flags])
+        with pytest.raises(RuntimeError):
+            refused.start(tmp_path, timeout=30)
+        assert refused.process is not None and refused.process.returncode == 2
+        assert "--frontends replaces --workers and --grpc-relay" in refused.log()
+
+
+def test_a_taken_port_is_named(repository: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = [
+            "--http-port",
+            str(free_port()),
+            "--grpc-port",
+            str(port),
+            "--metrics-port",
+            str(free_port()),
+        ]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "conch.cli.main",
+                "serve",
+                str(repository),
+                "--host",
+                "127.0.0.1",
+                *ports,
+                *FRONTENDS,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    assert f"conch: cannot listen on 127.0.0.1:{port} (gRPC)" in done.stderr
+    assert "went away" not in done.stderr  # one clear message, not one per frontend
+
+
+def test_the_rate_limit_holds_across_frontends(repository: Path, tmp_path: Path) -> None:
+    limited = ServerProcess(repository, [*FRONTENDS, "--client-rate-limit", "0.1", "--client-burst", "3"])
+    limited.start(tmp_path)
+    try:
+        body = b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}'
+        codes = [
+            limited.request("POST", "/v2/models/relu/infer", body, {"x-client-id": "one"}).status
+            for _ in range(8)
+        ]
+        assert codes[:3] == [200, 200, 200] and set(codes[3:]) == {429}, codes
+    finally:
+        assert limited.stop() == 0
+
+
+def test_a_frontend_that_dies_stops_the_server_with_an_error(repository: Path, tmp_path: Path) -> None:
+    doomed = ServerProcess(repository, list(FRONTENDS))
+    doomed.start(tmp_path)
+    pids = frontend_pids(doomed)
+    assert len(pids) == 2
+    os.kill(pids[0], signal.SIGKILL)
+    assert doomed.process is not None
+    doomed.process.wait(30)
+    assert doomed.process.returncode == 1
+    assert "a frontend process exited" in doomed.log()
+    deadline = time.monotonic() + 10
+    while frontend_pids(doomed) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert frontend_pids(doomed) == []
+
+
+def test_stopping_leaves_no_processes_and_no_shared_memory(repository: Path, tmp_path: Path) -> None:
+    served = ServerProcess(repository, list(FRONTENDS))
+    served.start(tmp_path)
+    x = np.ones((2, 5000), np.float32)  # through segments, both ways
+    np.testing.assert_array_equal(grpc_relu(served, x), x)
+    pids = [served.process.pid, *frontend_pids(served)]  # type: ignore[union-attr]
+    assert served.stop() == 0
+    assert frontend_pids(served) == []
+    prefixes = [f"conch-m{pids[0]}-", *(f"conch-f{pid}-" for pid in pids[1:])]
+    assert [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(tuple(prefixes))] == []
