@@ -254,7 +254,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         registry_of(server).refuse(
             "system shared memory cannot be registered with --workers above 1: each worker process "
-            "would hold its own regions; serve with --workers 1 to use shared memory"
+            "would hold its own regions; serve with --workers 1, or with --frontends N for more cores"
         )
         tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
     if access:

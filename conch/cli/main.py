@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_control_mode != "none" and args.workers > 1:
         print(
             f"conch: --model-control-mode {args.model_control_mode} changes the models of one process, and "
-            "each of --workers loads its own copy; use it without --workers",
+            "each of --workers loads its own copy; use it without --workers (--frontends N shares one "
+            "model process)",
             file=sys.stderr,
         )
         return 2
