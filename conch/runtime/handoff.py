@@ -85,8 +85,10 @@ def read_response(message: dict[str, Any], reader: SegmentReader) -> InferenceRe
 def _tensors(pool: SegmentPool, tensors: list[Tensor]) -> tuple[str | None, list[tuple[Any, ...]]]:
     """(segment or None, one entry per tensor): (name, datatype, shape, bytes) inline, or
     (reference, datatype) in the segment."""
-    if sum(t.data.nbytes for t in tensors) <= INLINE_BYTES:
-        return None, [(t.name, t.datatype, t.data.shape, _raw(t.data)) for t in tensors]
+    if sum(t.data.nbytes for t in tensors) <= INLINE_BYTES:  # an object array's nbytes counts pointers
+        inline = [(t.name, t.datatype, t.data.shape, _raw(t.data)) for t in tensors]
+        if sum(len(entry[3]) for entry in inline) <= INLINE_BYTES:
+            return None, inline
     segment, refs = pool.write([(t.name, t.data) for t in tensors])
     return segment, [(ref, t.datatype) for ref, t in zip(refs, tensors, strict=True)]
 

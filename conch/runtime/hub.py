@@ -43,7 +43,10 @@ log = logging.getLogger(__name__)
 #: The size of a fresh segment for answers; bigger answers get bigger segments.
 SEGMENT_BYTES = 1 << 16
 #: Free segments each side keeps: about one per request in flight, so none is made per request.
-KEPT_SEGMENTS = 64
+KEPT_SEGMENTS = 32
+#: Larger segments (a request of large tensors) are removed once read, so /dev/shm, which is
+#: memory and often small in containers, holds at most KEPT_SEGMENTS of this size per side.
+LARGEST_KEPT_BYTES = 1 << 20
 
 
 class FrontendHub:
@@ -118,7 +121,7 @@ class FrontendLink:
         self.hub = hub
         self.pid = 0
         self.pool = SegmentPool(f"conch-m{os.getpid()}-{index}", SEGMENT_BYTES, SEGMENT_BYTES)
-        self.pool.kept_free = KEPT_SEGMENTS
+        self.pool.kept_free, self.pool.largest_kept = KEPT_SEGMENTS, LARGEST_KEPT_BYTES
         self.pool.on_drop = lambda name: self.connection.send({"op": "forget", "segment": name})
         self.reader = SegmentReader()
         self.connection: CoalescingConnection = CoalescingConnection(sock, self._message, self._closed)
@@ -172,13 +175,13 @@ class FrontendLink:
 
     async def _infer(self, message: dict[str, Any]) -> None:
         http = message["protocol"] == "HTTP"
-        try:
-            request = read_request(message, self.reader)
-        finally:
-            if message["segment"] is not None:
-                self.connection.send({"op": "release", "segment": message["segment"]})
         leases = RegionLeases(registry_of(self.hub.server))
         try:
+            try:
+                request = read_request(message, self.reader)
+            finally:
+                if message["segment"] is not None:
+                    self.connection.send({"op": "release", "segment": message["segment"]})
             response = await answer(
                 self.hub.server, request, leases, message["endpoint"], message["route_key"]
             )
@@ -187,8 +190,8 @@ class FrontendLink:
         except ConchError as exc:
             reply = error_message(exc)
             self._count(http, exc)
-        except Exception:
-            log.exception("inference on model '%s' failed", request.model_name)
+        except Exception:  # the frontend is answered whatever happens: it waits for this reply
+            log.exception("inference on model '%s' failed", message.get("model"))
             error = InternalError("internal server error")
             reply = error_message(error)
             self._count(http, error)

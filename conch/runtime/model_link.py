@@ -20,7 +20,7 @@ from conch.core.errors import UnavailableError
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.runtime.coalescing import CoalescingConnection
 from conch.runtime.handoff import error_of, read_response, request_message
-from conch.runtime.hub import KEPT_SEGMENTS, SEGMENT_BYTES
+from conch.runtime.hub import KEPT_SEGMENTS, LARGEST_KEPT_BYTES, SEGMENT_BYTES
 from conch.scheduling.scheduler import RequestsInFlight
 
 _GONE = "the server is stopping"
@@ -31,7 +31,7 @@ class ModelLink:
 
     def __init__(self, sock: socket.socket) -> None:
         self.pool = SegmentPool(f"conch-f{os.getpid()}", SEGMENT_BYTES, SEGMENT_BYTES)
-        self.pool.kept_free = KEPT_SEGMENTS
+        self.pool.kept_free, self.pool.largest_kept = KEPT_SEGMENTS, LARGEST_KEPT_BYTES
         self.pool.on_drop = lambda name: self.connection.send({"op": "forget", "segment": name})
         self.reader = SegmentReader()
         self.connection: CoalescingConnection = CoalescingConnection(sock, self._message, self._closed)

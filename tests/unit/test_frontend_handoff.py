@@ -127,3 +127,24 @@ def test_an_error_keeps_its_status_words_and_headers(error: Exception) -> None:
     assert got.message == error.message
     assert got.headers == error.headers
     assert status_of(got) == status_of(error)
+
+
+def test_long_strings_go_through_a_segment_though_their_array_is_small(pool: SegmentPool) -> None:
+    words = np.array([b"x" * 10_000, b"y" * 10_000], dtype=object)  # nbytes counts 2 pointers
+    message = handoff.request_message(pool, request_with(Tensor("W", "BYTES", words)))
+    assert message["segment"] is not None
+    got = handoff.read_request(across(message), SegmentReader())
+    assert list(got.inputs[0].data) == list(words)
+
+
+def test_a_large_segment_is_removed_once_given_back(pool: SegmentPool) -> None:
+    pool.largest_kept = 1 << 16
+    dropped: list[str] = []
+    pool.on_drop = dropped.append
+    small, _ = pool.write([("x", np.zeros(16, np.float32))])
+    large, _ = pool.write([("y", np.zeros(1 << 16, np.float32))])  # 256 KiB
+    assert small is not None and large is not None
+    pool.release(small)
+    pool.release(large)
+    assert dropped == [large]
+    assert not (conch_ipc.SHM_DIR / large).exists() and (conch_ipc.SHM_DIR / small).exists()

@@ -198,6 +198,9 @@ class SegmentPool:
         #: Free segments kept for reuse (:data:`KEPT_FREE`); a side with many messages in flight
         #: keeps about one per message, so that none is made and removed per message.
         self.kept_free = KEPT_FREE
+        #: A freed segment larger than this is removed at once instead of kept (None: any size is
+        #: kept), so a burst of large tensors does not leave large segments behind in /dev/shm.
+        self.largest_kept: int | None = None
         #: Told the name of each segment removed for good, so the reader unmaps it too: each mapping
         #: holds a file descriptor, and segments come and go under load.
         self.on_drop: Callable[[str], None] | None = None
@@ -231,11 +234,14 @@ class SegmentPool:
             segment = self._used.pop(name, None)
             if segment is None:
                 return
-            self._free.append(segment)
-            if len(self._free) <= self.kept_free:
-                return
-            self._free.sort(key=lambda s: s.size)
-            dropped = self._free.pop(0)
+            if self.largest_kept is not None and segment.size > self.largest_kept:
+                dropped = segment
+            else:
+                self._free.append(segment)
+                if len(self._free) <= self.kept_free:
+                    return
+                self._free.sort(key=lambda s: s.size)
+                dropped = self._free.pop(0)
             dropped.unlink()
             dropped.map.close()
         if self.on_drop is not None:
