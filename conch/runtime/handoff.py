@@ -37,16 +37,10 @@ INLINE_BYTES = 16 * 1024
 
 def request_message(pool: SegmentPool, request: InferenceRequest) -> dict[str, Any]:
     """``request`` as a message; its inputs inline, or written into one segment of ``pool``."""
-    segment, inputs = _tensors(pool, request.inputs)
-    return {
-        "model": request.model_name,
-        "version": request.model_version,
-        "request_id": request.id,
-        "segment": segment,
-        "inputs": inputs,
-        "outputs": [(o.name, o.binary, o.classification) for o in request.outputs],
-        "parameters": request.parameters,
-    }
+    message = _carrying(pool, request.model_name, request.model_version, request.id, request.inputs)
+    message["outputs"] = [(o.name, o.binary, o.classification) for o in request.outputs]
+    message["parameters"] = request.parameters
+    return message
 
 
 def read_request(message: dict[str, Any], reader: SegmentReader) -> InferenceRequest:
@@ -55,7 +49,7 @@ def read_request(message: dict[str, Any], reader: SegmentReader) -> InferenceReq
         message["model"],
         message["version"],
         message["request_id"],
-        _read_tensors(message["segment"], message["inputs"], reader),
+        _read_tensors(message["segment"], message["tensors"], reader),
         [RequestedOutput(name, binary, classes) for name, binary, classes in message["outputs"]],
         message["parameters"],
     )
@@ -63,23 +57,31 @@ def read_request(message: dict[str, Any], reader: SegmentReader) -> InferenceReq
 
 def response_message(pool: SegmentPool, response: InferenceResponse) -> dict[str, Any]:
     """``response`` as a message; its outputs inline, or written into one segment of ``pool``."""
-    segment, outputs = _tensors(pool, response.outputs)
-    return {
-        "model": response.model_name,
-        "version": response.model_version,
-        "request_id": response.id,
-        "segment": segment,
-        "outputs": outputs,
-        "parameters": response.parameters,
-    }
+    message = _carrying(pool, response.model_name, response.model_version, response.id, response.outputs)
+    message["parameters"] = response.parameters
+    return message
 
 
 def read_response(message: dict[str, Any], reader: SegmentReader) -> InferenceResponse:
     """The response a :func:`response_message` describes, its outputs copied out of the segment."""
-    outputs = _read_tensors(message["segment"], message["outputs"], reader)
+    outputs = _read_tensors(message["segment"], message["tensors"], reader)
     return InferenceResponse(
         message["model"], message["version"], message["request_id"], outputs, message["parameters"]
     )
+
+
+def _carrying(
+    pool: SegmentPool, model: str, version: str, request_id: str, tensors: list[Tensor]
+) -> dict[str, Any]:
+    """The part every message has: whose it is, and its tensors."""
+    segment, entries = _tensors(pool, tensors)
+    return {
+        "model": model,
+        "version": version,
+        "request_id": request_id,
+        "segment": segment,
+        "tensors": entries,
+    }
 
 
 def _tensors(pool: SegmentPool, tensors: list[Tensor]) -> tuple[str | None, list[tuple[Any, ...]]]:

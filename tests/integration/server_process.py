@@ -161,3 +161,19 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return int(self.process.returncode)
+
+
+def processes_running(*arguments: bytes) -> list[int]:
+    """The processes whose command line has every one of ``arguments`` as a whole argument (a model
+    process's ``model.py``, a frontend's module name and port), found in ``/proc``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if all(argument in command for argument in arguments):
+            found.append(int(entry.name))
+    return found

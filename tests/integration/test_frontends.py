@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
-from tests.integration.server_process import ServerProcess, free_port
+from tests.integration.server_process import ServerProcess, free_port, processes_running
 
 FRONTENDS = ("--frontends", "2")
 BATCHED = """
@@ -66,17 +66,7 @@ def relu(x: np.ndarray) -> np.ndarray:
 
 def frontend_pids(server: ServerProcess) -> list[int]:
     """The frontend processes of ``server`` (they run in sessions of their own, so by command line)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"conch.runtime.frontend" in command and str(server.http_port).encode() in command:
-            found.append(int(entry.name))
-    return found
+    return processes_running(b"conch.runtime.frontend", str(server.http_port).encode())
 
 
 def http_relu(server: ServerProcess, x: np.ndarray, binary: bool) -> np.ndarray:

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.fixtures import python_models as models
 from tests.fixtures.onnx_models import add_sub_model, write_repository
-from tests.integration.server_process import ServerProcess
+from tests.integration.server_process import ServerProcess, processes_running
 
 #: Fails ``initialize`` once the file ``refuse`` exists next to the model's folder.
 REFUSING_LATER = """
@@ -76,18 +76,7 @@ def server(start_server: Callable[..., ServerProcess], repository: Path) -> Serv
 
 def _model_pids(model_folder: Path) -> list[int]:
     """The model processes serving ``model_folder`` (their command line names its model.py)."""
-    wanted = str(model_folder / "1" / "model.py")
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted.encode() in command:
-            pids.append(int(entry.name))
-    return pids
+    return processes_running(str(model_folder / "1" / "model.py").encode())
 
 
 def _call(client: httpclient.InferenceServerClient, model: str, value: float) -> str:
