@@ -58,6 +58,9 @@ class Run:
     windows: list[float] = field(default_factory=list)
     latencies_us: list[float] = field(default_factory=list)
     failure: str | None = None
+    #: The share of the machine's CPU time its hypervisor took during the run (``steal`` in
+    #: ``/proc/stat``): a virtual machine's noise that no server can remove; None where unknown.
+    steal: float | None = None
 
     @property
     def cv(self) -> float | None:
@@ -80,10 +83,12 @@ def run_once(
     default: the point is the default settings)."""
     command = [str(PERF_ANALYZER), "-m", model, "-u", address, "-i", protocol, "-v"]
     command += ["--concurrency-range", str(concurrency), "--shape", f"INPUT0:{MODELS[model][0]}", *extra]
+    before = cpu_times()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return Run(server, protocol, concurrency, False, failure="perf_analyzer did not finish in 600 s")
+    steal = steal_share(before, cpu_times())
     output = done.stdout + done.stderr
     windows, latencies = parse_passes(output)
     stable = done.returncode == 0 and "Failed to obtain stable measurement" not in output
@@ -91,7 +96,25 @@ def run_once(
     if not stable:
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         failure = lines[-1] if lines else f"exit {done.returncode}"
-    return Run(server, protocol, concurrency, stable, windows, latencies, failure)
+    return Run(server, protocol, concurrency, stable, windows, latencies, failure, steal)
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (``/proc/stat``'s first line); empty where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def steal_share(before: Sequence[int], after: Sequence[int]) -> float | None:
+    """The share of CPU time between two :func:`cpu_times` that was stolen (the 8th counter)."""
+    if len(before) < 8 or len(after) < 8:
+        return None
+    spent = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(spent)
+    return spent[7] / total if total > 0 else None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -159,7 +182,11 @@ def measure_server(
             runs.append(run)
             cv = f"{run.cv:.1%}" if run.cv is not None else "-"
             verdict = "stable" if run.stable else "UNSTABLE"
-            print(f"  {protocol} c={concurrency}: {verdict}, {len(run.windows)} windows, CV {cv}", flush=True)
+            steal = f", steal {run.steal:.1%}" if run.steal is not None else ""
+            print(
+                f"  {protocol} c={concurrency}: {verdict}, {len(run.windows)} windows, CV {cv}{steal}",
+                flush=True,
+            )
     return runs
 
 
@@ -186,12 +213,20 @@ def summary_rows(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
+def unstable_line(run: Run) -> str:
+    """An unstable run: why, its windows (infer/s) and how much CPU the hypervisor took meanwhile."""
+    windows = ", ".join(f"{w:,.0f}" for w in run.windows)
+    steal = f"; steal {run.steal:.1%}" if run.steal is not None else ""
+    where = f"{run.server} {run.protocol} c={run.concurrency}"
+    return f"- {where}: {run.failure} (windows/s: {windows or '-'}{steal})"
+
+
 def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, machine: Sequence[str]) -> str:
     by_server = {key: [r for r in runs if r.server == key] for key in args.servers}
     totals = ", ".join(
         f"{key} {sum(r.stable for r in rs)} of {len(rs)} stable" for key, rs in by_server.items()
     )
-    failures = [f"- {r.server} {r.protocol} c={r.concurrency}: {r.failure}" for r in runs if r.failure]
+    failures = [unstable_line(r) for r in runs if r.failure]
     window = f"-p {args.window_ms}" if args.window_ms else "its default 5000 ms windows"
     parts = [
         f"# perf_analyzer stability, {started.strftime('%Y-%m-%d %H:%M UTC')}\n",
@@ -212,6 +247,9 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         f"conch flags: `{args.conch_args or '(defaults)'}`",
         "- CV: population standard deviation over the mean of one run's window throughputs (every window "
         "it printed, the unsettled first ones included)",
+        "- steal: the share of the machine's CPU time its hypervisor took during a run (`/proc/stat`), "
+        "shown for unstable runs; median over all runs: "
+        + (f"{statistics.median(st):.1%}" if (st := [r.steal for r in runs if r.steal is not None]) else "-"),
         "- the load generator shares the server's 2 cores",
     ]
     return "\n".join(parts) + "\n"

@@ -55,3 +55,18 @@ def test_arguments() -> None:
         parse_args(["--runs", "0"])
     with pytest.raises(SystemExit):
         parse_args(["--servers", "mlserver"])
+
+
+def test_steal_is_the_eighth_counters_share_of_the_time_between_readings() -> None:
+    from bench.stability import steal_share, unstable_line
+
+    before = [100, 0, 50, 800, 0, 0, 10, 40, 0, 0]
+    after = [400, 0, 150, 1300, 0, 0, 30, 140, 0, 0]  # 1,000 ticks, 100 of them stolen
+    assert steal_share(before, after) == 0.1
+    assert steal_share([], after) is None and steal_share(before, before) is None
+    run = Run(
+        "conch", "http", 1, False, [3000.0, 2100.0], failure="Failed to obtain stable measurement", steal=0.1
+    )
+    assert unstable_line(run) == (
+        "- conch http c=1: Failed to obtain stable measurement (windows/s: 3,000, 2,100; steal 10.0%)"
+    )
