@@ -98,7 +98,9 @@ class ModelLink:
             async for piece in self._pieces_of(opened, ("stream_end",), call_id):
                 yield piece
         finally:
-            sending.cancel()
+            if not sending.done():  # the client went away: end the model process's side too
+                sending.cancel()
+                self.connection.send({"op": "stream_close", "id": call_id})
 
     async def _call(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.closed.is_set():
