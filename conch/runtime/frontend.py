@@ -52,6 +52,11 @@ def shared_port(host: str, port: int) -> socket.socket:
 
 
 async def run_frontend(args: argparse.Namespace) -> int:
+    """Bind, connect, wait for the model process's go, serve until told to stop; the exit status.
+
+    The ports are bound before the models load (as one process binds them), so a taken port is
+    reported at once, and connections wait in the kernel's queue until the go.
+    """
     limits = HttpLimits(**json.loads(args.http_limits))
     link = ModelLink(_connect(args.socket))
     try:
