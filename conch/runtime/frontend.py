@@ -84,8 +84,10 @@ async def run_frontend(args: argparse.Namespace) -> int:
         link.in_flight.on_idle = link.poll.server_idle
     loop.add_signal_handler(signal.SIGTERM, link.closed.set)
     loop.add_signal_handler(signal.SIGINT, lambda: None)  # the model process decides when to stop
-    go = loop.create_task(link.go.wait())
-    await asyncio.wait([go, loop.create_task(link.closed.wait())], return_when=asyncio.FIRST_COMPLETED)
+    waits = [loop.create_task(link.go.wait()), loop.create_task(link.closed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
     if not link.go.is_set():
         link.close()
         return 1

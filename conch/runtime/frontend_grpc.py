@@ -21,11 +21,10 @@ from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_gate import SERVICE
 from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
-from conch.frontends.grpc.status import abort
+from conch.frontends.grpc.status import STATUS_BY_NUMBER, abort
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.runtime.frontend_http import RegionsElsewhere
 from conch.runtime.model_link import ModelLink
-from conch.runtime.relayed_call import STATUS_BY_NUMBER
 
 _METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
 
@@ -73,7 +72,8 @@ class FrontendServicer:
         except ConchError as exc:
             await abort(context, exc)
             raise
-        return await _finish(context, outcome) or outcome["payload"]
+        await _finish(context, outcome)
+        return bytes(outcome["payload"])
 
     async def _stream(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         try:
@@ -86,13 +86,12 @@ class FrontendServicer:
             await abort(context, exc)
 
 
-async def _finish(context: Any, outcome: dict[str, Any]) -> bytes:
+async def _finish(context: Any, outcome: dict[str, Any]) -> None:
     """Apply a relayed call's trailing metadata and status to the real call (aborting on an error)."""
     if outcome["trailing"]:
         context.set_trailing_metadata(tuple(tuple(pair) for pair in outcome["trailing"]))
     if outcome["status"]:
         await context.abort(STATUS_BY_NUMBER[outcome["status"]], outcome["details"])
-    return b""
 
 
 def _metadata(context: Any) -> list[tuple[str, Any]]:

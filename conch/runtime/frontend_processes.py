@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from conch.frontends.grpc.call_gate import stream_gate
 from conch.frontends.grpc.grpc_server import served_methods
 from conch.frontends.grpc.servicer import InferenceServicer
+from conch.frontends.http.limits import HttpLimits
 from conch.observability import tracing
 from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
 from conch.runtime.hub import FrontendHub
@@ -53,7 +54,7 @@ class FrontendSettings:
     decode_here: bool
     grpc_acceptors: int
     grpc_max_message_bytes: int
-    http_limits: object
+    http_limits: HttpLimits
     access_log: bool
     busy_poll_us: int
 
@@ -84,7 +85,7 @@ class FrontendProcesses:
                 "--decode-here", str(int(each.decode_here)),
                 "--grpc-acceptors", str(each.grpc_acceptors),
                 "--grpc-max-message-bytes", str(each.grpc_max_message_bytes),
-                "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),  # type: ignore[call-overload]
+                "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),
                 "--access-log", str(int(each.access_log)),
                 "--busy-poll-us", str(each.busy_poll_us),
                 "--log-level", str(level), "--log-format", fmt,

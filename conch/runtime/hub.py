@@ -28,12 +28,12 @@ import grpc
 
 from conch.backends.python.stub.conch_ipc import SegmentPool, SegmentReader, remove_segments
 from conch.core.errors import ConchError, InternalError
+from conch.frontends.grpc.relayed_call import Aborted, RelayedContext
 from conch.frontends.grpc.status import code_name, status_of
 from conch.frontends.inference import answer
 from conch.observability.gateway_metrics import AnswerCodes
 from conch.runtime.coalescing import CoalescingConnection
 from conch.runtime.handoff import error_message, read_request, response_message
-from conch.runtime.relayed_call import Aborted, RelayedContext
 from conch.server import InferenceServer
 from conch.shared_memory.registry import registry_of
 from conch.shared_memory.tensors import RegionLeases
@@ -62,7 +62,6 @@ class FrontendHub:
         self.server = server
         self.http_app = http_app
         self.grpc_methods = grpc_methods
-        self.grpc_method_names = sorted(grpc_methods)
         self.codes = codes
         self.links: list[FrontendLink] = []
         #: Set when a frontend's connection closed while the server was not stopping.

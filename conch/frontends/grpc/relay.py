@@ -37,6 +37,7 @@ from conch.busy_poll import poll_when_idle
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
+from conch.frontends.grpc.status import STATUS_BY_NUMBER
 from conch.frontends.grpc.streaming import answer_concurrently, one_reply
 from conch.scheduling.scheduler import RequestsInFlight
 
@@ -51,7 +52,6 @@ GO = b"G"
 #: Exit status when the gRPC port cannot be bound (the model process reports it).
 EXIT_CANNOT_LISTEN = 3
 
-_STATUS_BY_CODE = {code.value[0]: code for code in grpc.StatusCode}
 _STREAM_RESPONSE_FIELD = b"\x12"  # ModelStreamInferResponse.infer_response: field 2, length-delimited
 
 
@@ -95,7 +95,7 @@ class Relay:
         async def relay(request: bytes, context: Any) -> bytes:
             status, payload = await self.call(method, request)
             if status:
-                await context.abort(_STATUS_BY_CODE[status], payload.decode())
+                await context.abort(STATUS_BY_NUMBER[status], payload.decode())
             return payload
 
         return grpc.unary_unary_rpc_method_handler(relay)

@@ -19,6 +19,7 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
 from conch.frontends.grpc.relay import EXIT_CANNOT_LISTEN, GO, HEADER, UNARY_METHODS
+from conch.frontends.grpc.relayed_call import Aborted, RelayedContext
 from conch.frontends.grpc.servicer import InferenceServicer
 from conch.server import InferenceServer
 
@@ -30,23 +31,6 @@ _CONNECT_TIMEOUT_S = 60.0
 
 class RelayStartError(Exception):
     """The relay process did not come up; the message says why (a taken port, usually)."""
-
-
-class _Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class _RelayedCallContext:
-    """What the servicer uses of a gRPC context: ``abort`` ends the call with a status."""
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise _Aborted(code, details)
-
-
-_CONTEXT = _RelayedCallContext()
 
 
 class RelayEndpoint:
@@ -163,10 +147,12 @@ class RelayEndpoint:
         handler = self._handlers[method]
         if handler is None:
             return grpc.StatusCode.UNIMPLEMENTED.value[0], b"Method not implemented!"
+        context = RelayedContext()
         try:
-            response = await handler(request, _CONTEXT)
-        except _Aborted as exc:
-            return exc.code.value[0], exc.details.encode()
+            response = await handler(request, context)
+        except Aborted:
+            outcome = context.outcome()
+            return outcome["status"], outcome["details"].encode()
         except Exception:
             log.exception("relayed gRPC call %s failed", UNARY_METHODS[method].name)
             return grpc.StatusCode.INTERNAL.value[0], b"internal server error"

@@ -22,7 +22,8 @@ STATUS_CODES = {
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
-_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+#: gRPC status codes by number, as they travel between conch's processes.
+STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def status_of(exc: ConchError) -> grpc.StatusCode:
@@ -43,5 +44,5 @@ def code_name(code: object) -> str:
     if isinstance(code, grpc.StatusCode):
         return code.name
     if isinstance(code, int):
-        return _BY_VALUE.get(code, grpc.StatusCode.UNKNOWN).name
+        return STATUS_BY_NUMBER.get(code, grpc.StatusCode.UNKNOWN).name
     return "UNKNOWN"

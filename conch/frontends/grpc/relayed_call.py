@@ -1,4 +1,5 @@
-"""What the model process gives conch's gRPC handlers for a call a frontend process relayed.
+"""What the model process gives conch's gRPC handlers for a call another process relayed (a
+frontend of ``--frontends``, or the ``--grpc-relay`` process).
 
 The handlers (the servicer's methods wrapped by the gateway, the answer counter and the inference
 log) read a call's metadata and peer, end it with ``abort``, read its final code and set trailing
@@ -59,7 +60,3 @@ class RelayedContext:
         """The call's end as the frontend applies it: status number, details, trailing metadata."""
         code = self._code or grpc.StatusCode.OK
         return {"status": code.value[0], "details": self.details, "trailing": list(self.trailing)}
-
-
-#: gRPC status codes by number, as :meth:`RelayedContext.outcome` sends them.
-STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
