@@ -157,6 +157,8 @@ class FrontendLink:
             queue = self._streams.get(message["id"])
             if queue is not None:
                 queue.put_nowait(None)
+        elif op == "refused":
+            self.hub.codes.http[int(message["status"])] += 1
         elif op == "hello":
             self.pid = int(message["pid"])
 

@@ -64,6 +64,11 @@ class ModelLink:
             if reply["segment"] is not None:
                 self.connection.send({"op": "release", "segment": reply["segment"]})
 
+    def note_refusal(self, status: int) -> None:
+        """Tells the model process this frontend refused a request on its own (a body over the
+        limit), so ``conch_requests_total`` counts it as one process would."""
+        self.connection.send({"op": "refused", "status": status})
+
     async def grpc(
         self, method: str, payload: bytes, metadata: list[tuple[str, Any]], peer: str
     ) -> dict[str, Any]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
@@ -30,6 +33,7 @@ from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess, free_port, processes_running
 
 FRONTENDS = ("--frontends", "2")
+BODY_LIMIT = 1 << 20
 BATCHED = """
 name: "batched"
 max_batch_size: 64
@@ -54,7 +58,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    return start_server(repository, *FRONTENDS, "--model-control-mode", "explicit", "--load-model", "*")
+    return start_server(
+        repository,
+        *FRONTENDS,
+        "--model-control-mode", "explicit",
+        "--load-model", "*",
+        "--http-max-body-bytes", str(BODY_LIMIT),
+    )  # fmt: skip
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -198,6 +208,34 @@ def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProc
     short = server.request("POST", "/v2/models/relu/infer", body)
     assert short.status == 400 and "needs 4 elements" in short.json()["error"]
     assert server.request("GET", "/v2/health/live").status == 200
+
+
+def http_answers(server: ServerProcess, code: str) -> float:
+    """``conch_requests_total{protocol="http",code=CODE}`` as the metrics port shows it now."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        page = reply.read().decode()
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == "conch_requests_total" and sample.labels == {"protocol": "http", "code": code}:
+                return float(sample.value)
+    return 0.0
+
+
+def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: ServerProcess) -> None:
+    before = http_answers(server, "400")
+    head = f"POST /v2/models/relu/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {BODY_LIMIT + 1}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(head.encode() + b"[")  # the rest never comes: the declared length is refused
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"--http-max-body-bytes" in answer
+    # The frontend answered on its own; the model process counts the answer all the same.
+    deadline = time.monotonic() + 5
+    while http_answers(server, "400") < before + 1:
+        assert time.monotonic() < deadline, "the frontend's refusal was not counted"
+        time.sleep(0.05)
+    assert http_relu(server, np.ones((1, 4), np.float32), binary=False).tolist() == [[1, 1, 1, 1]]
 
 
 def test_refused_with_workers_or_the_relay(repository: Path, tmp_path: Path) -> None:
