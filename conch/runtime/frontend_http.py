@@ -65,9 +65,9 @@ class FrontendHttpApp:
         try:
             body = await read_body(scope, receive, self.max_body_bytes)
         except ConchError as exc:
-            reply = refusal(exc)
-            self.link.note_refusal(reply[0])
-            await self._answer(send, reply)
+            refused = refusal(exc)
+            self.link.note_refusal(refused[0])
+            await self._answer(send, refused)
             return
         route = _infer_route(scope) if self.decode_here else None
         if route is not None:
