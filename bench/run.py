@@ -282,7 +282,7 @@ def describe_machine() -> list[str]:
         f"{platform.system()} {platform.release()}; Python {platform.python_version()}; "
         f"onnxruntime {ort.__version__} (harness and raw ORT)",
         f"conch: {conch_revision()}",
-        f"load average at the start: {loadavg()} (well above 0: another job shares the cores)",
+        f"load average at the start: {loadavg()} (well above 0 would mean another job shares the cores)",
     ]
 
 
