@@ -18,6 +18,7 @@ writes its own report and charts) or use ``--quick`` (three sizes, one round of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -28,18 +29,19 @@ from pathlib import Path
 
 from bench import loadgen
 from bench.models import SWEEP_MODELS, write_conch_repository, write_triton_repository
-from bench.peers import PEERS, serve_conch, serve_triton
-from bench.python_backend import run_side
+from bench.peers import PEERS, PeerUnavailable, serve_conch, serve_triton
+from bench.python_backend import quiet_cores, run_side
 from bench.report import BenchResults, Point, Row
 from bench.run import (
     add_round_arguments,
     choices,
     describe_machine,
+    keep_log,
     loadavg,
     round_order,
     settle_round_arguments,
 )
-from bench.servers import ServerProcess, measure_between
+from bench.servers import ServerError, ServerProcess, measure_between
 from bench.sweep_report import PROTOCOLS, render, write_charts, write_data
 
 CONCURRENCIES = (1, 8, 32)
@@ -80,6 +82,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=",".join(map(str, CONCURRENCIES)),
         help="client counts (default 1,8,32)",
     )
+    parser.add_argument(
+        "--sequential",
+        dest="interleave",
+        action="store_false",
+        help="measure one server's whole round, then the other's (default: both servers up, each point "
+        "taken on one and at once on the other)",
+    )
     args = parser.parse_args(argv)
     default_sizes = QUICK_SIZES if args.quick else tuple(SWEEP_MODELS)
     args.sizes = choices(parser, "--sizes", args.sizes or ",".join(default_sizes), SWEEP_MODELS)
@@ -99,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = BenchResults(
         started=started.strftime("%Y-%m-%d %H:%M UTC"),
         machine=describe_machine(),
-        method=describe_method(args.seconds, args.rounds),
+        method=describe_method(args.seconds, args.rounds, args.interleave),
         models=list(args.sizes),
     )
     print(
@@ -109,15 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rows = {side.key: [Row(side.key, side.title, protocol) for protocol in args.protocols] for side in SIDES}
     results.rows += [row for side in SIDES for row in rows[side.key]]
-    sides = {side.key: side for side in SIDES}
     with tempfile.TemporaryDirectory(prefix="conch-bench-sweep-") as folder:
         repositories = {side.key: side.write(Path(folder) / side.key / "repo", args.sizes) for side in SIDES}
-        for round_number in range(1, args.rounds + 1):
-            print(f"round {round_number} of {args.rounds}", flush=True)
-            for key in round_order(list(sides), round_number):
-                workdir = Path(folder) / key
-                measure = partial(measure_sizes, args, rows[key], workdir, round_number)
-                run_side(sides[key], repositories[key], workdir, rows[key], results, round_number, measure)
+        if args.interleave:
+            run_interleaved(args, repositories, rows, results, Path(folder))
+        else:
+            run_sequential(args, repositories, rows, results, Path(folder))
     results.machine.append(f"load average at the end: {loadavg()}")
     stem = started.strftime("%Y-%m-%d-%H%M%S") + "-sweep" + ("-quick" if args.quick else "")
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -136,18 +142,24 @@ def measure_sizes(
 ) -> None:
     """Every size's points on a started server."""
     for size in args.sizes:
-        measure_size(server, size, rows, workdir, round_number, args)
+        body = prepare_size(server, size, rows, workdir, round_number, args)
+        if body is None:
+            continue
+        for row in rows:
+            for concurrency in args.concurrencies:
+                measure_point(server, size, row, concurrency, body, workdir, round_number, args)
 
 
-def measure_size(
+def prepare_size(
     server: ServerProcess,
     size: str,
     rows: list[Row],
     workdir: Path,
     round_number: int,
     args: argparse.Namespace,
-) -> None:
-    """A sanity request and a second of warm-up, then every (protocol, concurrency) point of ``size``."""
+) -> Path | None:
+    """A sanity request and a second of warm-up for ``size``; the JSON body's file, or None when the
+    sanity request failed (then every point of ``size`` in ``rows`` is marked failed)."""
     body = workdir / f"{size}.json"
     body.write_bytes(loadgen.infer_body(size))
     url = f"{server.ports.http_url}/v2/models/{size}/infer"
@@ -158,18 +170,94 @@ def measure_size(
             for concurrency in args.concurrencies:
                 failed = Point(loadgen.LoadResult.failed(f"sanity request: {exc}"))
                 row.add((size, concurrency), failed, round_number)
-        return
+        return None
     loadgen.run_wrk(url, body, max(args.concurrencies), WARMUP_S, workdir)
-    for row in rows:
-        for concurrency in args.concurrencies:
-            load = point_load(server, size, row.protocol, concurrency, body, args.seconds, workdir)
-            result, times = measure_between(server, size, load)
-            row.add((size, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
-            print(
-                f"  {size} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "
-                f"p50 {result.p50_ms:.2f} ms ({result.failure or result.note or 'ok'})",
-                flush=True,
-            )
+    return body
+
+
+def measure_point(
+    server: ServerProcess,
+    size: str,
+    row: Row,
+    concurrency: int,
+    body: Path,
+    workdir: Path,
+    round_number: int,
+    args: argparse.Namespace,
+) -> None:
+    """One (protocol, concurrency) point of ``size``, recorded in ``row`` with the server's own times."""
+    load = point_load(server, size, row.protocol, concurrency, body, args.seconds, workdir)
+    result, times = measure_between(server, size, load)
+    row.add((size, concurrency), Point(result, times.compute_ms, times.request_ms), round_number)
+    print(
+        f"  {row.peer} {size} {row.protocol} c={concurrency}: {result.throughput:,.0f}/s "
+        f"p50 {result.p50_ms:.2f} ms ({result.failure or result.note or 'ok'})",
+        flush=True,
+    )
+
+
+def run_sequential(
+    args: argparse.Namespace,
+    repositories: dict[str, Path],
+    rows: dict[str, list[Row]],
+    results: BenchResults,
+    folder: Path,
+) -> None:
+    """Each round starts one server, takes all its points and stops it, then the other."""
+    sides = {side.key: side for side in SIDES}
+    for round_number in range(1, args.rounds + 1):
+        print(f"round {round_number} of {args.rounds}", flush=True)
+        for key in round_order(list(sides), round_number):
+            workdir = folder / key
+            measure = partial(measure_sizes, args, rows[key], workdir, round_number)
+            run_side(sides[key], repositories[key], workdir, rows[key], results, round_number, measure)
+
+
+def run_interleaved(
+    args: argparse.Namespace,
+    repositories: dict[str, Path],
+    rows: dict[str, list[Row]],
+    results: BenchResults,
+    folder: Path,
+) -> None:
+    """Each round starts both servers and takes every point on one, then at once on the other, the
+    order alternating from point to point, so a pair is measured seconds apart rather than half a
+    round apart. Why: this machine's cores ran 1.6 times faster at some moments of a run than at
+    others (``bench/core_speed.py``), so a pair taken twenty minutes apart measured the machine as
+    much as the servers. The server not under load idles meanwhile."""
+    sides = {side.key: side for side in SIDES}
+    for round_number in range(1, args.rounds + 1):
+        print(f"round {round_number} of {args.rounds}", flush=True)
+        with contextlib.ExitStack() as started:
+            servers: dict[str, ServerProcess] = {}
+            for key in round_order(list(sides), round_number):
+                busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
+                workdir = folder / key
+                started.callback(keep_log, workdir / f"{key}.log")
+                try:
+                    servers[key] = started.enter_context(sides[key].serve(repositories[key], workdir))
+                except (PeerUnavailable, ServerError, OSError) as exc:
+                    note = str(exc).splitlines()[0]
+                    print(f"  {key}: {note}", file=sys.stderr, flush=True)
+                    for row in rows[key]:
+                        row.note = note
+                    continue
+                results.machine.append(f"round {round_number}, {sides[key].title}: {busy}")
+            for size in args.sizes:
+                bodies = {
+                    key: prepare_size(server, size, rows[key], folder / key, round_number, args)
+                    for key, server in servers.items()
+                }
+                ready = [key for key in servers if bodies[key] is not None]
+                points = [(index, c) for index in range(len(args.protocols)) for c in args.concurrencies]
+                for number, (index, concurrency) in enumerate(points):
+                    for key in round_order(ready, round_number + number):
+                        body = bodies[key]
+                        assert body is not None
+                        row = rows[key][index]
+                        measure_point(
+                            servers[key], size, row, concurrency, body, folder / key, round_number, args
+                        )
 
 
 def point_load(
@@ -190,13 +278,19 @@ def point_load(
     return lambda: loadgen.perf_analyzer_point(target, concurrency, seconds, workdir)
 
 
-def describe_method(seconds: float, rounds: int) -> list[str]:
+def describe_method(seconds: float, rounds: int, interleave: bool = True) -> list[str]:
     """How the points were taken, so the report reads without this source."""
     window = loadgen.perf_analyzer_window_ms(seconds)
     sizes = "; ".join(f"{name} {' -> '.join(map(str, widths))}" for name, widths in SWEEP_MODELS.items())
+    pairing = (
+        "each round starts conch and Triton together and takes every point on one, then at once on the "
+        "other (the idle one waits), the order alternating from point to point"
+        if interleave
+        else "each round starts, measures and stops conch and Triton one after the other, the order "
+        "reversed every other round"
+    )
     return [
-        f"{rounds} round(s); each round starts, measures and stops conch and Triton one after the other, "
-        "the order reversed every other round; every ratio pairs the two servers' figures of one round",
+        f"{rounds} round(s); {pairing}; every ratio pairs the two servers' figures of one round",
         f"sizes (FP32 Gemm+Relu MLPs, random weights): {sizes}",
         "conch: `conch serve` as checked out, the ONNX file served natively; Triton 2.51: the same ONNX "
         "file in a python-backend `model.py` (`bench/peer_code/triton_model.py`); both `max_batch_size: "

@@ -113,3 +113,12 @@ def test_arguments() -> None:
         parse_args(["--sizes", "enormous"])
     with pytest.raises(SystemExit):
         parse_args(["--concurrencies", "0"])
+
+
+def test_points_are_interleaved_unless_asked_otherwise_and_the_report_says_which() -> None:
+    from bench.sweep import describe_method
+
+    assert parse_args([]).interleave is True
+    assert parse_args(["--sequential"]).interleave is False
+    assert "at once on the other" in describe_method(5.0, 2, interleave=True)[0]
+    assert "one after the other" in describe_method(5.0, 2, interleave=False)[0]
