@@ -182,14 +182,7 @@ def run_side(
     try:
         server = side.serve(repository, workdir)
         with server:
-            about = f"round {round_number}, {side.title}: {busy}"
-            if side.key == "conch":
-                about += f"; conch {conch_revision()}"  # others may commit while the rounds run
-            if round_number == 1:
-                peer = PEERS[side.key]
-                versions = package_versions(peer.python(), peer.packages)
-                about += f"; {server_metadata(server)}; {versions}"
-            results.machine.append(about)
+            results.machine.append(server_about(side, server, round_number, busy))
             measure(server)
     except (PeerUnavailable, ServerError, OSError) as exc:
         note = str(exc).splitlines()[0]
@@ -198,6 +191,18 @@ def run_side(
             row.note = note
     finally:
         keep_log(workdir / f"{side.key}.log")
+
+
+def server_about(side: ServerSide, server: ServerProcess, round_number: int, busy: str) -> str:
+    """The report's line on a started server: how busy the cores were, conch's commit (others may
+    commit while the rounds run) and, in the first round, its metadata and package versions."""
+    about = f"round {round_number}, {side.title}: {busy}"
+    if side.key == "conch":
+        about += f"; conch {conch_revision()}"
+    if round_number == 1:
+        peer = PEERS[side.key]
+        about += f"; {server_metadata(server)}; {package_versions(peer.python(), peer.packages)}"
+    return about
 
 
 def measure_models(

@@ -30,7 +30,7 @@ from pathlib import Path
 from bench import loadgen
 from bench.models import SWEEP_MODELS, write_conch_repository, write_triton_repository
 from bench.peers import PEERS, PeerUnavailable, serve_conch, serve_triton
-from bench.python_backend import quiet_cores, run_side
+from bench.python_backend import quiet_cores, run_side, server_about
 from bench.report import BenchResults, Point, Row
 from bench.run import (
     add_round_arguments,
@@ -120,10 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.rows += [row for side in SIDES for row in rows[side.key]]
     with tempfile.TemporaryDirectory(prefix="conch-bench-sweep-") as folder:
         repositories = {side.key: side.write(Path(folder) / side.key / "repo", args.sizes) for side in SIDES}
-        if args.interleave:
-            run_interleaved(args, repositories, rows, results, Path(folder))
-        else:
-            run_sequential(args, repositories, rows, results, Path(folder))
+        run_rounds(args, repositories, rows, results, Path(folder))
     results.machine.append(f"load average at the end: {loadavg()}")
     stem = started.strftime("%Y-%m-%d-%H%M%S") + "-sweep" + ("-quick" if args.quick else "")
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -196,68 +193,71 @@ def measure_point(
     )
 
 
-def run_sequential(
+def run_rounds(
     args: argparse.Namespace,
     repositories: dict[str, Path],
     rows: dict[str, list[Row]],
     results: BenchResults,
     folder: Path,
 ) -> None:
-    """Each round starts one server, takes all its points and stops it, then the other."""
+    """Every round: interleaved (:func:`interleaved_round`, the default) or one server's whole round,
+    then the other's (``--sequential``)."""
     sides = {side.key: side for side in SIDES}
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number} of {args.rounds}", flush=True)
+        if args.interleave:
+            interleaved_round(args, sides, repositories, rows, results, folder, round_number)
+            continue
         for key in round_order(list(sides), round_number):
             workdir = folder / key
             measure = partial(measure_sizes, args, rows[key], workdir, round_number)
             run_side(sides[key], repositories[key], workdir, rows[key], results, round_number, measure)
 
 
-def run_interleaved(
+def interleaved_round(
     args: argparse.Namespace,
+    sides: dict[str, Side],
     repositories: dict[str, Path],
     rows: dict[str, list[Row]],
     results: BenchResults,
     folder: Path,
+    round_number: int,
 ) -> None:
-    """Each round starts both servers and takes every point on one, then at once on the other, the
-    order alternating from point to point, so a pair is measured seconds apart rather than half a
-    round apart. Why: this machine's cores ran 1.6 times faster at some moments of a run than at
-    others (``bench/core_speed.py``), so a pair taken twenty minutes apart measured the machine as
-    much as the servers. The server not under load idles meanwhile."""
-    sides = {side.key: side for side in SIDES}
-    for round_number in range(1, args.rounds + 1):
-        print(f"round {round_number} of {args.rounds}", flush=True)
-        with contextlib.ExitStack() as started:
-            servers: dict[str, ServerProcess] = {}
-            for key in round_order(list(sides), round_number):
-                busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
-                workdir = folder / key
-                started.callback(keep_log, workdir / f"{key}.log")
-                try:
-                    servers[key] = started.enter_context(sides[key].serve(repositories[key], workdir))
-                except (PeerUnavailable, ServerError, OSError) as exc:
-                    note = str(exc).splitlines()[0]
-                    print(f"  {key}: {note}", file=sys.stderr, flush=True)
-                    for row in rows[key]:
-                        row.note = note
-                    continue
-                results.machine.append(f"round {round_number}, {sides[key].title}: {busy}")
-            for size in args.sizes:
-                bodies = {
-                    key: prepare_size(server, size, rows[key], folder / key, round_number, args)
-                    for key, server in servers.items()
-                }
-                ready = [key for key in servers if bodies[key] is not None]
-                points = [(index, c) for index in range(len(args.protocols)) for c in args.concurrencies]
-                for number, (index, concurrency) in enumerate(points):
-                    for key in round_order(ready, round_number + number):
-                        body = bodies[key]
-                        assert body is not None
-                        row = rows[key][index]
-                        measure_point(
-                            servers[key], size, row, concurrency, body, folder / key, round_number, args
-                        )
+    """Both servers up; every point on one, then at once on the other, the order alternating from
+    point to point, so a pair is measured seconds apart rather than half a round apart. Why: this
+    machine's cores ran 1.6 times faster at some moments of a run than at others
+    (``bench/core_speed.py``), so a pair taken twenty minutes apart measured the machine as much as
+    the servers. The server not under load idles meanwhile."""
+    with contextlib.ExitStack() as started:
+        servers: dict[str, ServerProcess] = {}
+        for key in round_order(list(sides), round_number):
+            busy = f"cores {quiet_cores():.0%} busy with other jobs just before it started"
+            workdir = folder / key
+            started.callback(keep_log, workdir / f"{key}.log")
+            try:
+                servers[key] = started.enter_context(sides[key].serve(repositories[key], workdir))
+            except (PeerUnavailable, ServerError, OSError) as exc:
+                note = str(exc).splitlines()[0]
+                print(f"  {key}: {note}", file=sys.stderr, flush=True)
+                for row in rows[key]:
+                    row.note = note
+                continue
+            results.machine.append(server_about(sides[key], servers[key], round_number, busy))
+        for size in args.sizes:
+            bodies = {
+                key: prepare_size(server, size, rows[key], folder / key, round_number, args)
+                for key, server in servers.items()
+            }
+            ready = [key for key in servers if bodies[key] is not None]
+            points = [(index, c) for index in range(len(args.protocols)) for c in args.concurrencies]
+            for number, (index, concurrency) in enumerate(points):
+                for key in round_order(ready, round_number + number):
+                    body = bodies[key]
+                    assert body is not None
+                    row = rows[key][index]
+                    measure_point(
+                        servers[key], size, row, concurrency, body, folder / key, round_number, args
+                    )
 
 
 def point_load(
