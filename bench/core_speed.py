@@ -7,6 +7,11 @@ and memory bandwidth) slows every instruction instead, and shows as nothing. A f
 timed in the CPU time of the thread that ran it (not wall time: waiting for a core is the load's
 doing, not the machine's) takes longer when that happens. The probe runs it a few times a second
 on a thread of the harness, costing about 0.2 % of one core, and reports how its times spread.
+
+Its limit: on cores that the load keeps busy, the probe is preempted and shares caches with the
+load, and that contention dominates (87 to 91 % swing in every run of
+``bench/results/2026-12-02-033028-stability.md``, stable or not). It tells the host's drift apart
+on a quiet machine (230 to 375 µs a probe here) and in the harness's idle moments.
 """
 
 from __future__ import annotations
