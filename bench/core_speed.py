@@ -1,30 +1,28 @@
-"""How fast this machine's cores ran while a benchmark ran: a fixed loop, timed in CPU time.
+"""``python -m bench.core_speed``: does this machine's core speed drift, and does a busy core slow another?
 
-Why: on a virtual machine, a server's rate can swing from one measurement window to the next with
-nothing in the server changing. ``steal`` in ``/proc/stat`` counts only the time a virtual CPU was not
-running at all; a busy neighbour on the same physical core (its hyperthread sibling, shared caches
-and memory bandwidth) slows every instruction instead, and shows as nothing. A fixed piece of work
-timed in the CPU time of the thread that ran it (not wall time: waiting for a core is the load's
-doing, not the machine's) takes longer when that happens. The probe runs it a few times a second
-on a thread of the harness, costing about 0.2 % of one core, and reports how its times spread.
+Why: on a virtual machine a server's rate can swing from one window to the next with nothing in the
+server changing. ``steal`` in ``/proc/stat`` counts only the time a virtual CPU did not run at all; a
+busy neighbour on the host slows every instruction instead and shows as nothing. A fixed loop timed
+in the CPU time of the thread that ran it (not wall time: waiting for a core is the load's doing)
+takes longer when that happens. Run it on a quiet machine: under a benchmark's load the probe is
+preempted and shares caches with the load, and that contention dominates (a probe thread inside
+``bench.stability`` swung 87 to 91 % in every run, stable or not, so it was taken out again).
 
-Its limit: on cores that the load keeps busy, the probe is preempted and shares caches with the
-load, and that contention dominates (87 to 91 % swing in every run of
-``bench/results/2026-12-02-033028-stability.md``, stable or not). It tells the host's drift apart
-on a quiet machine (230 to 375 µs a probe here) and in the harness's idle moments.
+It pins itself to core 0 and times the loop with core 1 idle, then with core 1 spinning a Python
+loop: if the two virtual cores share one physical core, the second figure is higher.
 """
 
 from __future__ import annotations
 
+import argparse
+import multiprocessing
+import os
 import statistics
-import threading
 import time
-from types import TracebackType
+from collections.abc import Sequence
 
-#: Iterations of the probe's loop: about 0.3 ms of a core of the development machine.
+#: Iterations of the probe's loop: about 0.35 ms of a core of the development machine.
 LOOP = 5_000
-#: Seconds between two probes.
-INTERVAL_S = 0.2
 
 
 def probe_ns(loop: int = LOOP) -> int:
@@ -36,33 +34,38 @@ def probe_ns(loop: int = LOOP) -> int:
     return time.thread_time_ns() - started
 
 
-class CoreSpeedProbe:
-    """Times :func:`probe_ns` every :data:`INTERVAL_S` on a thread of its own while in its ``with``."""
+def spread(samples_ns: Sequence[int]) -> str:
+    """10th, 50th and 90th percentile of the probe times, in µs."""
+    deciles = statistics.quantiles(samples_ns, n=10)
+    middle = statistics.median(samples_ns)
+    return f"p10 {deciles[0] / 1e3:.0f} µs, p50 {middle / 1e3:.0f} µs, p90 {deciles[-1] / 1e3:.0f} µs"
 
-    def __init__(self, interval_s: float = INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self.samples_ns: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="core-speed-probe", daemon=True)
 
-    def __enter__(self) -> CoreSpeedProbe:
-        self._thread.start()
-        return self
+def _spin(core: int) -> None:
+    os.sched_setaffinity(0, {core})
+    while True:
+        pass
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.samples_ns.append(probe_ns())
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.core_speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--probes", type=int, default=400, help="probes per figure (default 400)")
+    args = parser.parse_args(argv)
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[0]})
+    print(f"core {cores[0]}, the others idle: {spread([probe_ns() for _ in range(args.probes)])}")
+    if len(cores) > 1:
+        spinner = multiprocessing.Process(target=_spin, args=(cores[1],), daemon=True)
+        spinner.start()
+        time.sleep(0.2)
+        try:
+            print(
+                f"core {cores[0]}, core {cores[1]} busy: {spread([probe_ns() for _ in range(args.probes)])}"
+            )
+        finally:
+            spinner.terminate()
+    return 0
 
-    def swing(self) -> float | None:
-        """How much slower the slow probes ran than the fast ones: the 90th over the 10th percentile
-        of the probe times, minus one (0.25: 25 % slower); None with fewer than 10 probes."""
-        if len(self.samples_ns) < 10:
-            return None
-        deciles = statistics.quantiles(self.samples_ns, n=10)
-        return deciles[-1] / deciles[0] - 1
+
+if __name__ == "__main__":
+    raise SystemExit(main())

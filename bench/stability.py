@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.core_speed import CoreSpeedProbe
 from bench.loadgen import PERF_ANALYZER
 from bench.models import MODELS, write_conch_repository, write_triton_repository
 from bench.peers import PeerUnavailable, serve_conch, serve_triton
@@ -62,9 +61,6 @@ class Run:
     #: The share of the machine's CPU time its hypervisor took during the run (``steal`` in
     #: ``/proc/stat``): a virtual machine's noise that no server can remove; None where unknown.
     steal: float | None = None
-    #: How much slower the cores ran at the run's slow moments than at its fast ones
-    #: (:meth:`CoreSpeedProbe.swing`): a neighbour's load that ``steal`` does not show; None where unknown.
-    core_swing: float | None = None
 
     @property
     def cv(self) -> float | None:
@@ -89,8 +85,7 @@ def run_once(
     command += ["--concurrency-range", str(concurrency), "--shape", f"INPUT0:{MODELS[model][0]}", *extra]
     before = cpu_times()
     try:
-        with CoreSpeedProbe() as probe:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         return Run(server, protocol, concurrency, False, failure="perf_analyzer did not finish in 600 s")
     steal = steal_share(before, cpu_times())
@@ -101,7 +96,7 @@ def run_once(
     if not stable:
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         failure = lines[-1] if lines else f"exit {done.returncode}"
-    return Run(server, protocol, concurrency, stable, windows, latencies, failure, steal, probe.swing())
+    return Run(server, protocol, concurrency, stable, windows, latencies, failure, steal)
 
 
 def cpu_times() -> list[int]:
@@ -222,27 +217,8 @@ def unstable_line(run: Run) -> str:
     """An unstable run: why, its windows (infer/s) and how much CPU the hypervisor took meanwhile."""
     windows = ", ".join(f"{w:,.0f}" for w in run.windows)
     steal = f"; steal {run.steal:.1%}" if run.steal is not None else ""
-    if run.core_swing is not None:
-        steal += f"; core speed swing {run.core_swing:.0%}"
     where = f"{run.server} {run.protocol} c={run.concurrency}"
     return f"- {where}: {run.failure} (windows/s: {windows or '-'}{steal})"
-
-
-def _median_share(values: Sequence[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    return f"{statistics.median(known):.0%}" if known else "-"
-
-
-def swing_lines(runs: Sequence[Run]) -> list[str]:
-    """Stable and unstable runs by the core speed swing they saw, in three bands."""
-    bands = ((0.0, 0.2, "under 20 %"), (0.2, 0.4, "20 to 40 %"), (0.4, float("inf"), "40 % or more"))
-    lines = []
-    for low, high, title in bands:
-        group = [r for r in runs if r.core_swing is not None and low <= r.core_swing < high]
-        if group:
-            unstable = sum(not r.stable for r in group)
-            lines.append(f"  - core speed swing {title}: {unstable} of {len(group)} runs unstable")
-    return lines
 
 
 def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, machine: Sequence[str]) -> str:
@@ -274,10 +250,6 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         "- steal: the share of the machine's CPU time its hypervisor took during a run (`/proc/stat`), "
         "shown for unstable runs; median over all runs: "
         + (f"{statistics.median(st):.1%}" if (st := [r.steal for r in runs if r.steal is not None]) else "-"),
-        "- core speed swing: how much slower a fixed loop ran, in its own thread's CPU time, at the run's "
-        "slow moments than at its fast ones (90th over 10th percentile of probes every 0.2 s, "
-        "`bench/core_speed.py`); median over all runs: " + _median_share([r.core_swing for r in runs]),
-        *swing_lines(runs),
         "- the load generator shares the server's 2 cores",
     ]
     return "\n".join(parts) + "\n"
