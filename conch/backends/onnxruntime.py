@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -176,11 +178,43 @@ def _tensor_signature(node: ort.NodeArg) -> TensorSignature:
     return TensorSignature(node.name, datatype, shape)
 
 
+def session_runner(session: ort.InferenceSession) -> Callable[[list[str], dict[str, np.ndarray]], list[Any]]:
+    """What runs ``session``: its compiled run for a CPU-only session, else ``InferenceSession.run``.
+
+    Why: ``InferenceSession.run`` is a Python wrapper that, before the compiled run, checks the feed
+    for missing inputs (reading each input's name and type through the binding), checks for OrtValue
+    inputs and for WebGPU graph capture. The server has checked every request against the model's
+    inputs already, and those checks cost most when they run cold, as they do on an event loop that
+    does a batch's gRPC and HTTP work between two runs. ``python -m bench.ort_run_cost``, the two
+    ways taking turns (``bench/results/2026-12-03-*-ort-run-cost.md``): ``tiny``, one row, 31 us of
+    CPU a run through the wrapper against 25 us with Python work between runs, 11 against 9 back to
+    back; ``s256``, one row, 99 against 86 us; cheaper in 17 of 18 cells (the other: ``s256``, 20
+    rows after a 1 ms sleep, 116 against 196 us, a cold outlier). A feed that lacks a required
+    input still goes through the wrapper, for its message.
+
+    A session with another execution provider keeps the wrapper: it falls back to the CPU provider
+    when that provider fails. ``_sess`` is the wrapper's own handle on the compiled session
+    (onnxruntime is pinned); a build without it runs through the wrapper.
+    """
+    compiled = getattr(session, "_sess", None)
+    if compiled is None or session.get_providers() != ["CPUExecutionProvider"]:
+        return session.run
+    all_outputs = [output.name for output in session.get_outputs()]
+    required = {i.name for i in session.get_inputs() if not i.type.startswith("optional")}
+
+    def run(output_names: list[str], feed: dict[str, np.ndarray]) -> list[Any]:
+        if not feed.keys() >= required:
+            return session.run(output_names, feed)  # the wrapper's message names what is missing
+        return compiled.run(output_names or all_outputs, feed, None)
+
+    return run
+
+
 class OnnxRuntimeInstance:
     """One model instance: a session plus the reshapes that map config dims to graph shapes."""
 
     def __init__(self, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
-        self._session = session
+        self._run = session_runner(session)
         self._label = _model_label(session, config)
         self._batching = config.max_batch_size > 0
         self._input_reshape = {e.name: tuple(e.reshape.shape) for e in config.input if e.HasField("reshape")}
@@ -202,7 +236,7 @@ class OnnxRuntimeInstance:
             feed = {name: self._to_model(name, array) for name, array in inputs.items()}
         ran = time.perf_counter_ns()
         try:
-            results = self._session.run(output_names, feed)
+            results = self._run(output_names, feed)
         except ort_state.InvalidArgument as exc:
             raise InvalidArgumentError(f"{self._label} rejected the input: {ort_message(str(exc))}") from None
         except (ort_state.Fail, ort_state.RuntimeException) as exc:

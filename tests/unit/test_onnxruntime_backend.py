@@ -18,6 +18,7 @@ from conch.backends.onnxruntime import (
     ort_message,
     read_signature,
     session_options,
+    session_runner,
 )
 from conch.backends.signature import TensorSignature
 from conch.core import datatypes
@@ -172,6 +173,40 @@ def test_input_the_model_rejects_is_invalid_argument(tmp_path: Path) -> None:
     rejected = "model 'm' rejected the input: Unexpected input data type"
     with pytest.raises(InvalidArgumentError, match=rejected):
         run(model, ["OUTPUT0"], INPUT0=wrong_type, INPUT1=wrong_type)
+
+
+def test_a_cpu_session_runs_without_its_python_wrapper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = open_session(save(add_sub_model(), tmp_path), mc.ModelConfig())
+    a, b = np.full((3, 16), 2, np.float32), np.ones((3, 16), np.float32)
+    expected = session.run(["OUTPUT1", "OUTPUT0"], {"INPUT0": a, "INPUT1": b})
+    runner = session_runner(session)
+
+    def wrapper(*args: object) -> None:
+        raise AssertionError("the wrapper ran")
+
+    monkeypatch.setattr(session, "run", wrapper)
+    ran = runner(["OUTPUT1", "OUTPUT0"], {"INPUT0": a, "INPUT1": b})
+    every_output = runner([], {"INPUT0": a, "INPUT1": b})
+
+    assert [r.tolist() for r in ran] == [e.tolist() for e in expected]
+    assert len(every_output) == 2 and np.array_equal(every_output[0], a + b)
+
+
+def test_a_feed_without_a_required_input_gets_the_wrappers_message(tmp_path: Path) -> None:
+    runner = session_runner(open_session(save(add_sub_model(), tmp_path), mc.ModelConfig()))
+
+    with pytest.raises(ValueError, match=r"Required inputs \(\['INPUT1'\]\) are missing"):
+        runner(["OUTPUT0"], {"INPUT0": np.ones((1, 16), np.float32)})
+
+
+def test_an_input_the_graph_does_not_have_is_invalid_argument(tmp_path: Path) -> None:
+    model = instance(add_sub_model(), tmp_path)
+    ones = np.ones((1, 16), np.float32)
+
+    with pytest.raises(InvalidArgumentError, match="Invalid input name: EXTRA"):
+        run(model, ["OUTPUT0"], INPUT0=ones, INPUT1=ones, EXTRA=ones)
 
 
 def test_a_run_time_failure_names_the_model_and_version_and_no_source_file(tmp_path: Path) -> None:
