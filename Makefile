@@ -25,7 +25,21 @@ $(TEST_STAMP): $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/conch serve
 
+# Two suites drive real programs from Debian's packages: Prometheus (tests/integration/test_prometheus.py
+# and the release judge) and headless Chromium (tests/integration/test_status_page.py). As root on
+# Debian they are installed here when missing; elsewhere install them yourself (see README).
+TEST_PROGRAMS := prometheus chromium
+
 test: $(TEST_STAMP)
+	@missing=$$(for p in $(TEST_PROGRAMS); do command -v $$p >/dev/null || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $$missing (Debian packages the tests drive)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing $$missing: install them, or the tests that drive them skip or fail"; \
+	  fi; \
+	fi
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q

@@ -37,7 +37,7 @@ from tests.integration.test_prometheus import Prometheus
 from tests.integration.test_resilience import BREAKER, GOOD, call, fixed_reshape_model
 
 pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="the prometheus binary is not installed (.ci/run installs it with apt-get)"
+    PROMETHEUS is None, reason="the prometheus binary is not installed (make test installs it with apt-get)"
 )
 
 #: Prometheus's own series, not conch's exposition.

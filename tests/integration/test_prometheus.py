@@ -30,7 +30,7 @@ from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
 from tests.integration.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="the prometheus binary is not installed (.ci/run installs it with apt-get)"
+    PROMETHEUS is None, reason="the prometheus binary is not installed (make test installs it with apt-get)"
 )
 
 MODEL = "paced"

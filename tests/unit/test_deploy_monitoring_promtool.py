@@ -19,7 +19,7 @@ PROMTOOL = shutil.which("promtool")
 ALERT_TESTS = Path(__file__).resolve().parents[1] / "fixtures" / "promtool" / "alerts_test.yaml"
 
 pytestmark = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is not installed (.ci/run installs Debian's prometheus package)"
+    PROMTOOL is None, reason="promtool is not installed (make test installs Debian's prometheus package)"
 )
 
 
