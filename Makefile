@@ -25,28 +25,31 @@ $(TEST_STAMP): $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/conch serve
 
-# Two suites drive real programs from Debian's packages: Prometheus (tests/integration/test_prometheus.py
-# and the release judge) and headless Chromium (tests/integration/test_status_page.py). As root on
-# Debian they are installed here when missing; elsewhere install them yourself (see README).
-TEST_PROGRAMS := prometheus chromium
-
-test: $(TEST_STAMP)
-	@missing=$$(for p in $(TEST_PROGRAMS); do command -v $$p >/dev/null || echo $$p; done); \
+# Programs from Debian's packages that the tests and the benchmarks drive (the package is named as
+# the command): Prometheus (tests/integration/test_prometheus.py, the release judge), headless
+# Chromium (tests/integration/test_status_page.py) and wrk (bench/). Missing ones are installed with
+# apt-get as root on Debian; elsewhere this says which are missing (see README).
+define debian_programs
+	@missing=$$(for p in $(1); do command -v $$p >/dev/null || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing $$missing (Debian packages the tests drive)"; \
+	    echo "installing" $$missing; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "missing $$missing: install them, or the tests that drive them skip or fail"; \
+	    echo "missing" $$missing": install them, or what drives them skips or fails"; \
 	  fi; \
 	fi
+endef
+
+test: $(TEST_STAMP)
+	$(call debian_programs,prometheus chromium)
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 bench: $(TEST_STAMP)
 	$(VENV)/bin/pip install -q -e '.[bench]'
-	command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	$(call debian_programs,wrk)
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 
 clean:

@@ -10,7 +10,7 @@ and HTTP work between two runs (cold caches), and after a 1 ms sleep (an idle co
 ``session_runner``, which skips the Python wrapper's per-run checks.
 
 Figures are CPU time of the calling thread (``time.thread_time_ns``), medians of ``--runs`` runs,
-``intra_op_num_threads`` 2 and idle threads asleep, as conch opens a session on 2 cores.
+with the session options conch gives a model without ``parameters`` on 2 cores (``session_options``).
 """
 
 from __future__ import annotations
@@ -24,22 +24,31 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from tritonclient.grpc import model_config_pb2 as mc
 
 from bench.models import MODELS, mlp_model
-from conch.backends.onnxruntime import session_runner
+from conch.backends.onnxruntime import session_options, session_runner
 
-#: A list the "Python work" between runs walks: about what a turn of the loop touches in a batch.
-_WORK = list(range(2_000_000))
-
-
-def _between(kind: str, index: int) -> None:
-    if kind == "python work":
-        sum(_WORK[(index * 37) % 1000 : 200_000 : 7])
-    elif kind == "1 ms sleep":
-        time.sleep(0.001)
+BETWEEN = ("nothing", "python work", "1 ms sleep")
 
 
-def median_runs_us(runs: dict[str, Callable[[], Any]], between: str, count: int) -> dict[str, float]:
+def between_runs(kind: str) -> Callable[[int], None]:
+    """What is done before run ``index``: nothing, Python work over a list of about what a turn of
+    the loop touches in a batch, or a 1 ms sleep."""
+    work = list(range(2_000_000)) if kind == "python work" else []
+
+    def before(index: int) -> None:
+        if work:
+            sum(work[(index * 37) % 1000 : 200_000 : 7])
+        elif kind == "1 ms sleep":
+            time.sleep(0.001)
+
+    return before
+
+
+def median_runs_us(
+    runs: dict[str, Callable[[], Any]], between: Callable[[int], None], count: int
+) -> dict[str, float]:
     """The median CPU time of each of ``runs`` on this thread, with ``between`` done before each run.
     The runs take turns, so a drift of the machine's speed weighs on them alike."""
     for run in runs.values():
@@ -48,7 +57,7 @@ def median_runs_us(runs: dict[str, Callable[[], Any]], between: str, count: int)
     spent: dict[str, list[int]] = {label: [] for label in runs}
     for index in range(count):
         for label, run in runs.items():
-            _between(between, index)
+            between(index)
             started = time.thread_time_ns()
             run()
             spent[label].append(time.thread_time_ns() - started)
@@ -61,9 +70,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1,20", help="batch sizes")
     parser.add_argument("--runs", type=int, default=600)
     args = parser.parse_args()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options(mc.ModelConfig(), cores=2)
     print("| model | rows | between runs | InferenceSession.run | session_runner |")
     print("|---|---|---|---|---|")
     for name in args.models.split(","):
@@ -72,12 +79,12 @@ def main() -> None:
         runner = session_runner(session)
         for rows in (int(r) for r in args.rows.split(",")):
             feed = {"INPUT0": np.random.default_rng(0).random((rows, MODELS[name][0]), dtype=np.float32)}
-            for between in ("nothing", "python work", "1 ms sleep"):
+            for between in BETWEEN:
                 runs = {
                     "wrapper": partial(session.run, ["OUTPUT0"], feed),
                     "runner": partial(runner, ["OUTPUT0"], feed),
                 }
-                us = median_runs_us(runs, between, args.runs)
+                us = median_runs_us(runs, between_runs(between), args.runs)
                 print(
                     f"| {name} | {rows} | {between} | {us['wrapper']:.0f} us | {us['runner']:.0f} us |",
                     flush=True,
