@@ -2,7 +2,8 @@
 
 Session options come from the config, with Triton's ONNX Runtime backend keys in ``parameters``:
 
-- ``intra_op_thread_count``: threads inside one operator (default: cores / instance count, at least 1)
+- ``intra_op_thread_count``: threads inside one operator (default: cores / instance count, at least 1;
+  one for a model whose runs are short, see ``conch.backends.onnxruntime_threads``)
 - ``inter_op_thread_count``: threads across operators when ``execution_mode`` is 1
 - ``execution_mode``: 0 sequential (default), 1 parallel
 - ``enable_mem_arena``, ``enable_mem_pattern``: 0 or 1 (ONNX Runtime defaults: 1)
@@ -80,11 +81,15 @@ SESSION_PARAMETERS = (
 )
 
 
-def session_options(config: mc.ModelConfig, cores: int | None = None) -> ort.SessionOptions:
+def session_options(
+    config: mc.ModelConfig, cores: int | None = None, threads: int | None = None
+) -> ort.SessionOptions:
     """ONNX Runtime session options from the config's ``parameters`` and ``optimization``.
 
     ``cores``: how many cores this process's models may use (default: the machine's); worker
     processes each get their share, so that N workers do not start N times too many threads.
+    ``threads``: the intra-op threads when the config does not set them (default: the cores shared
+    among the instances; ``conch.backends.onnxruntime_threads`` picks one for short runs).
     """
     params = {
         key: config.parameters[key].string_value for key in SESSION_PARAMETERS if key in config.parameters
@@ -92,7 +97,7 @@ def session_options(config: mc.ModelConfig, cores: int | None = None) -> ort.Ses
     options = ort.SessionOptions()
     instances = sum(group.count for group in config.instance_group) or 1
     options.intra_op_num_threads = _int_param(
-        params, "intra_op_thread_count", default_intra_op_threads(instances, cores)
+        params, "intra_op_thread_count", threads or default_intra_op_threads(instances, cores)
     )
     options.inter_op_num_threads = _int_param(params, "inter_op_thread_count", 0)
     if _int_param(params, "execution_mode", 0) == 1:
@@ -130,9 +135,14 @@ def _int_param(params: dict[str, str], key: str, default: int) -> int:
 
 
 def open_session(
-    model_file: Path, config: mc.ModelConfig, placement: Placement = CPU, cores: int | None = None
+    model_file: Path,
+    config: mc.ModelConfig,
+    placement: Placement = CPU,
+    cores: int | None = None,
+    threads: int | None = None,
 ) -> ort.InferenceSession:
     """Load a model file on ``placement``; a file that is not ONNX becomes a 400 without its path.
+    ``cores`` and ``threads`` as :func:`session_options` takes them.
 
     A GPU placement uses ONNX Runtime's CUDA provider when ``onnxruntime-gpu`` provides it; otherwise
     the session runs on the CPU (see :func:`gpu_available`).
@@ -142,7 +152,7 @@ def open_session(
         providers.insert(0, ("CUDAExecutionProvider", {"device_id": str(placement.device_id)}))
     try:
         return ort.InferenceSession(
-            str(model_file), sess_options=session_options(config, cores), providers=providers
+            str(model_file), sess_options=session_options(config, cores, threads), providers=providers
         )
     except _LOAD_ERRORS as exc:
         reason = ort_message(str(exc).replace(str(model_file.parent) + os.sep, ""))
@@ -214,6 +224,8 @@ class OnnxRuntimeInstance:
     """One model instance: a session plus the reshapes that map config dims to graph shapes."""
 
     def __init__(self, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
+        #: The session itself: its options say how it runs (the intra-op threads chosen at load).
+        self.session = session
         self._run = session_runner(session)
         self._label = _model_label(session, config)
         self._batching = config.max_batch_size > 0

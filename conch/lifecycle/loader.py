@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
 from conch.backends.kinds import BackendKind, backend_kind, infer_backend
+from conch.backends.onnxruntime_threads import one_thread_session
 from conch.backends.placement import Placement, instance_placements
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
@@ -278,8 +279,12 @@ class ModelLoader:
         signature = ort_backend.read_signature(session)
         autocomplete.complete_from_signature(config, signature, fields, self.options.default_max_batch_size)
         config_validation.check_against_signature(config, signature)
+        threads = None
+        lean = one_thread_session(model_file, config, placements, cores)
+        if lean is not None:
+            session, threads = lean, 1
         sessions = [session] + [
-            ort_backend.open_session(model_file, config, p, cores) for p in placements[1:]
+            ort_backend.open_session(model_file, config, p, cores, threads) for p in placements[1:]
         ]
         wanted_gpus = sum(p.gpu for p in placements)
         if wanted_gpus and not ort_backend.gpu_available():
