@@ -33,6 +33,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.onnxruntime import default_intra_op_threads, open_session, read_signature
 from conch.backends.placement import Placement
 from conch.core import datatypes
+from conch.repository.warmup import zero_sample
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +75,14 @@ def one_thread_session(
         spent_ns = median_run_ns(session, feed)
     except Exception:  # zeros a graph refuses: its warm-up, next, says what is wrong if anything is
         return None
+    short = spent_ns < PARALLEL_PAYS_FROM_NS
     log.debug(
-        "model '%s': a run of %d rows takes %d us on one thread: %s",
+        "model '%s': a run of the probe batch takes %d us on one thread: %s",
         config.name,
-        next(iter(feed.values())).shape[0] if config.max_batch_size > 0 else 1,
         spent_ns // 1000,
-        "one intra-op thread" if spent_ns < PARALLEL_PAYS_FROM_NS else "the default threads",
+        "one intra-op thread" if short else "the default threads",
     )
-    return session if spent_ns < PARALLEL_PAYS_FROM_NS else None
+    return session if short else None
 
 
 def probe_feed(session: ort.InferenceSession, config: mc.ModelConfig) -> dict[str, np.ndarray] | None:
@@ -96,7 +97,7 @@ def probe_feed(session: ort.InferenceSession, config: mc.ModelConfig) -> dict[st
         shape = [d for d in dims if d is not None]
         if len(shape) < len(dims) or tensor.datatype == "BYTES":
             return None
-        feed[tensor.name] = np.zeros(shape, dtype=datatypes.from_name(tensor.datatype).numpy)
+        feed[tensor.name] = zero_sample(datatypes.from_name(tensor.datatype), tuple(shape))
     return feed
 
 
