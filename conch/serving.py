@@ -271,8 +271,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     loop = asyncio.get_running_loop()
     if settings.busy_poll_us > 0 and relay is None:
         # With --grpc-relay the relay process polls instead: two polling processes and a client on two
-        # cores took turns with each other (a lone client's calls/s fell by a fifth, unsteadily).
-        poll_when_idle(loop, server.in_flight, settings.busy_poll_us / 1e6)
+        # cores took turns with each other (a lone client's calls/s fell by a fifth, unsteadily). With
+        # --frontends, only after a lone request (poll_when_idle says why).
+        poll_when_idle(
+            loop, server.in_flight, settings.busy_poll_us / 1e6, after_lone_only=frontends is not None
+        )
 
     def stop() -> None:
         # Not ready from this turn of the loop on: a probe already read waits for a later turn

@@ -33,6 +33,8 @@ class RequestsInFlight:
 
     def __init__(self) -> None:
         self.count = 0
+        #: The most requests inside at once since the server was last empty (read by ``on_idle``).
+        self.peak = 0
         self.on_idle: Callable[[], None] | None = None  # called when the last request leaves
 
     @property
@@ -41,11 +43,15 @@ class RequestsInFlight:
 
     def enter(self) -> None:
         self.count += 1
+        if self.count > self.peak:
+            self.peak = self.count
 
     def leave(self) -> None:
         self.count -= 1
-        if self.count == 0 and self.on_idle is not None:
-            self.on_idle()
+        if self.count == 0:
+            if self.on_idle is not None:
+                self.on_idle()
+            self.peak = 0
 
 
 @dataclass(slots=True)

@@ -69,3 +69,22 @@ def test_the_loop_still_reads_sockets_and_runs_timers_while_it_polls() -> None:
         writer.close()
 
     asyncio.run(scenario())
+
+
+def test_behind_frontends_only_a_lone_request_leaving_starts_the_window() -> None:
+    async def scenario() -> None:
+        in_flight = RequestsInFlight()
+        poll = poll_when_idle(asyncio.get_running_loop(), in_flight, 10.0, after_lone_only=True)
+        in_flight.enter()
+        in_flight.enter()
+        in_flight.leave()
+        in_flight.leave()
+        assert not poll.spinning, "two requests were inside at once: the frontends are busy"
+
+        in_flight.enter()
+        in_flight.leave()
+        assert poll.spinning, "the peak of the busy time before was forgotten; this request was alone"
+        in_flight.enter()  # ends the polling before the loop closes
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
