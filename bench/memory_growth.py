@@ -257,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         *(f"- {line}" for line in machine),
         f"- conch {conch_revision()}",
         "\n## Method\n",
-        f"- `conch serve` on the `{MODEL}` MLP ({' -> '.join(map(str, MODELS[MODEL]))}); "
-        f"{args.threads} client "
+        f"- `conch serve {args.conch_args or '(default flags)'}` on the `{MODEL}` MLP "
+        f"({' -> '.join(map(str, MODELS[MODEL]))}); {args.threads} client "
         f"threads, each sending in rotation: {', '.join(ROTATION)}",
         "- json: a V2 JSON body over a kept-alive HTTP connection; binary: tritonclient.http with binary "
         "tensors; grpc: tritonclient.grpc; error_http: in turn malformed JSON (400), a wrong shape (400), an "
