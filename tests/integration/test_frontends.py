@@ -325,3 +325,44 @@ def test_stopping_leaves_no_processes_and_no_shared_memory(repository: Path, tmp
     assert frontend_pids(served) == []
     prefixes = [f"conch-m{pids[0]}-", *(f"conch-f{pid}-" for pid in pids[1:])]
     assert [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(tuple(prefixes))] == []
+
+
+FULL_BATCH = """
+name: "full_batch"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000000 }
+"""
+
+
+def test_the_model_process_polls_after_a_lone_request_only(tmp_path: Path) -> None:
+    """Behind frontends the model process empties between their messages even under load, so it polls
+    (``--busy-poll-us``) only after a request that was alone; polling shows as a core's worth of CPU."""
+    repository = write_repository(tmp_path / "repo", {"full_batch": (variable_dims_model(), FULL_BATCH)})
+    polling = ServerProcess(repository, ["--frontends", "1", "--busy-poll-us", "1500000"])
+    polling.start(tmp_path)
+    assert polling.process is not None
+    model_process = polling.process.pid
+
+    def infer(_: int = 0) -> int:
+        body = b'{"inputs":[{"name":"X","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}'
+        return polling.request("POST", "/v2/models/full_batch/infer", body).status
+
+    def cpu_over_half_a_second() -> float:
+        before = cpu_ns(model_process)
+        time.sleep(0.5)
+        return (cpu_ns(model_process) - before) / 1e9
+
+    try:
+        # Eight requests at once: the batch runs when it is full, so all eight are inside together.
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(infer, range(8))) == [200] * 8
+        after_busy = cpu_over_half_a_second()
+        time.sleep(1.5)  # any window (the frontend's own) has closed
+        assert infer() == 200  # alone, it waits out the delay: 2 s
+        after_lone = cpu_over_half_a_second()
+    finally:
+        assert polling.stop() == 0
+    assert after_busy < 0.1, f"polled after eight requests at once: {after_busy:.2f} s of CPU in 0.5 s"
+    assert after_lone > 0.2, f"did not poll after a lone request: {after_lone:.2f} s of CPU in 0.5 s"
