@@ -34,13 +34,20 @@ from tests.integration.server_process import ServerProcess, free_port, processes
 
 FRONTENDS = ("--frontends", "2")
 BODY_LIMIT = 1 << 20
-BATCHED = """
-name: "batched"
-max_batch_size: 64
-input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 20000 }
+
+
+def batched_config(name: str, max_batch_size: int, delay_us: int) -> str:
+    """A dynamically batched ``variable_dims_model``'s config."""
+    return f"""
+name: "{name}"
+max_batch_size: {max_batch_size}
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}
 """
+
+
+BATCHED = batched_config("batched", 64, 20000)
 
 
 @pytest.fixture(scope="module")
@@ -327,13 +334,8 @@ def test_stopping_leaves_no_processes_and_no_shared_memory(repository: Path, tmp
     assert [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(tuple(prefixes))] == []
 
 
-FULL_BATCH = """
-name: "full_batch"
-max_batch_size: 8
-input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 2000000 }
-"""
+#: Its batch runs when it holds 8 rows (or after 2 s).
+FULL_BATCH = batched_config("full_batch", 8, 2_000_000)
 
 
 def test_the_model_process_polls_after_a_lone_request_only(tmp_path: Path) -> None:
