@@ -55,9 +55,15 @@ def from_json(
     dtype = datatypes.from_name(datatype)
     if not isinstance(data, list):
         data = [data]
-    array = None if booleans else _numbers(data, dtype.numpy)
-    if array is None:
-        array = _checked(name, datatype, dtype, data)
+    try:
+        array = None if booleans else _numbers(data, dtype.numpy)
+        if array is None:
+            array = _checked(name, datatype, dtype, data)
+    except FloatingPointError:
+        raise InvalidArgumentError(
+            f"input '{name}': a value is too large for datatype {datatype} (largest magnitude "
+            f"{float(np.finfo(dtype.numpy).max):.6g}); scale the data or send a wider datatype"
+        ) from None
     expected = element_count(shape)
     if array.size != expected:
         raise InvalidArgumentError(
@@ -75,7 +81,7 @@ def _checked(name: str, datatype: str, dtype: datatypes.Datatype, data: list[Any
             array[:] = [_to_bytes(name, v) for v in flat]
             return array
         _check_json_types(name, datatype, dtype.numpy.kind, set(map(type, _flatten(name, data))))
-        return np.asarray(data, dtype=dtype.numpy)
+        return _cast(data, dtype.numpy)
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgumentError(
             f"input '{name}': data does not match datatype {datatype}: {exc}"
@@ -95,7 +101,8 @@ def _numbers(data: list[Any], dtype: np.dtype) -> np.ndarray | None:
     ints only (a string makes text, None or an object 'object', ragged or too deep lists an error),
     once bools are ruled out, as the caller has. That reading costs what the per-element type check
     alone cost (~16 ns an element), so float data decodes in about half the time. The values are
-    np.asarray(data, dtype)'s: numpy reads each int as a double there too, and warns alike on overflow.
+    np.asarray(data, dtype)'s: numpy reads each int as a double there too, and a float too large for
+    ``dtype`` is refused alike (:func:`_cast`).
     """
     if dtype.kind != "f" and dtype != _INT64:
         return None
@@ -109,7 +116,18 @@ def _numbers(data: list[Any], dtype: np.dtype) -> np.ndarray | None:
         return None
     if found.dtype == _INT64:
         found = found.astype(_FLOAT64)
-    return found if found.dtype == dtype else found.astype(dtype)
+    return found if found.dtype == dtype else _cast(found, dtype)
+
+
+def _cast(values: Any, dtype: np.dtype) -> np.ndarray:
+    """``values`` as ``dtype``; a number past a narrower float's range raises FloatingPointError.
+
+    Why: numpy turns such a number into infinity with only a warning, and the model would compute on
+    it. JSON has no infinity (orjson refuses one), so an infinity here always came from a too large
+    value: the client's mistake, answered with a 400.
+    """
+    with np.errstate(over="raise"):
+        return np.asarray(values, dtype=dtype)
 
 
 def to_json(array: np.ndarray) -> list[Any] | np.ndarray:

@@ -180,6 +180,12 @@ HTTP_CASES = [
     HttpCase("json-data-shorter-than-shape", infer_body(fp32_input(data=[1.0, 2.0, 3.0])), 400, "INPUT0"),
     HttpCase("json-data-not-numbers", infer_body(fp32_input(data=["a", "b", "c", "d"])), 400, "INPUT0"),
     HttpCase(
+        "json-data-too-large-for-fp32",
+        infer_body(fp32_input(data=[1.0, 1e39, 3.0, 4.0])),
+        400,
+        "too large for datatype FP32",
+    ),
+    HttpCase(
         "json-data-nested-past-numpy",
         infer_body(fp32_input(data=nested(500))),
         400,

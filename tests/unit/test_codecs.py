@@ -156,6 +156,25 @@ def test_from_json_integer_overflow_is_invalid_argument(datatype: str, value: in
         codecs.from_json("x", datatype, (1,), [value])
 
 
+@pytest.mark.parametrize("booleans", [True, False])
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [("FP32", [1.0, 1e39]), ("FP32", [-1e39, 0.0]), ("FP32", [1, 10**39]), ("FP16", [70000.0, 1.0])],
+)
+def test_from_json_float_too_large_for_the_datatype_is_invalid_argument(
+    datatype: str, data: list[float], booleans: bool
+) -> None:
+    # numpy alone would give infinity and a warning; JSON cannot hold infinity, so it is the client's.
+    with pytest.raises(InvalidArgumentError, match=f"input 'x': a value is too large for datatype {datatype}"):
+        codecs.from_json("x", datatype, (2,), data, booleans=booleans)
+
+
+def test_from_json_floats_at_the_datatypes_edge_are_kept() -> None:
+    assert codecs.from_json("x", "FP32", (1,), [3.4e38], booleans=False).tolist() == [np.float32(3.4e38)]
+    assert codecs.from_json("x", "FP16", (1,), [65504.0]).tolist() == [65504.0]
+    assert codecs.from_json("x", "FP64", (1,), [1e300]).tolist() == [1e300]
+
+
 def test_from_json_element_count_must_match_shape() -> None:
     with pytest.raises(InvalidArgumentError, match=r"shape \[2, 3\] needs 6 elements but data has 5"):
         codecs.from_json("x", "INT32", (2, 3), [1, 2, 3, 4, 5])
