@@ -165,7 +165,8 @@ def test_from_json_float_too_large_for_the_datatype_is_invalid_argument(
     datatype: str, data: list[float], booleans: bool
 ) -> None:
     # numpy alone would give infinity and a warning; JSON cannot hold infinity, so it is the client's.
-    with pytest.raises(InvalidArgumentError, match=f"input 'x': a value is too large for datatype {datatype}"):
+    expected = f"input 'x': a value is too large for datatype {datatype}"
+    with pytest.raises(InvalidArgumentError, match=expected):
         codecs.from_json("x", datatype, (2,), data, booleans=booleans)
 
 
