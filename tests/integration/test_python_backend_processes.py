@@ -109,24 +109,42 @@ def _wait_ok(client: httpclient.InferenceServerClient, model: str, seconds: floa
     raise AssertionError(f"{model} did not serve again within {seconds} s")
 
 
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"the condition did not hold within {seconds} s"
+        time.sleep(0.001)
+
+
 def test_sigkill_mid_traffic_fails_only_in_flight_requests(server: ServerProcess, repository: Path) -> None:
     sleepy_results: list[str] = []
     onnx_results: list[str] = []
     stop = threading.Event()
+    #: When the sleepy call now in progress was sent (None between calls).
+    sleepy_sent: list[float | None] = [None]
 
-    def traffic(results: list[str], call: Callable[[httpclient.InferenceServerClient], str]) -> None:
+    def traffic(
+        results: list[str], call: Callable[[httpclient.InferenceServerClient], str], sent: list[float | None]
+    ) -> None:
         with httpclient.InferenceServerClient(server.http_url) as client:
             while not stop.is_set():
+                sent[0] = time.monotonic()
                 results.append(call(client))
+                sent[0] = None
 
     threads = [
-        threading.Thread(target=traffic, args=(sleepy_results, lambda c: _call(c, "sleepy", 30.0))),
-        threading.Thread(target=traffic, args=(onnx_results, _onnx_call)),
+        threading.Thread(
+            target=traffic, args=(sleepy_results, lambda c: _call(c, "sleepy", 30.0), sleepy_sent)
+        ),
+        threading.Thread(target=traffic, args=(onnx_results, _onnx_call, [None])),
     ]
     for thread in threads:
         thread.start()
     time.sleep(0.5)
     (pid,) = _model_pids(repository / "sleepy")
+    # Kill while a 30 ms call sleeps in the model, not in the gap between two calls: on a busy machine
+    # the client's turn-around between calls is long enough for a blind kill to land in it.
+    _wait_for(lambda: (sent := sleepy_sent[0]) is not None and 0.005 <= time.monotonic() - sent <= 0.015)
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
     with httpclient.InferenceServerClient(server.http_url) as client:
