@@ -42,6 +42,8 @@ from bench.run import (
 from bench.servers import ServerError, ServerProcess
 
 SERVERS = {"conch": (write_conch_repository, serve_conch), "triton": (write_triton_repository, serve_triton)}
+#: The server key of ``--variant-args``: conch again, with other flags, taking its turn beside the rest.
+VARIANT = "conch-variant"
 PROTOCOLS = ("grpc", "http")
 CONCURRENCIES = (1, 4, 8, 32)
 _PASS = re.compile(r"Pass \[(\d+)\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec")
@@ -130,9 +132,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--window-ms", type=int, default=None, help="perf_analyzer's -p (default: its own 5000 ms)"
     )
     parser.add_argument("--conch-args", default="", help="extra `conch serve` flags, space-separated")
+    parser.add_argument(
+        "--variant-args",
+        default=None,
+        help="also run conch with these flags instead of --conch-args, as a third server taking its turn "
+        "(e.g. '--busy-poll-us 0'): a flag's effect on stability, under the same host noise",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.servers = choices(parser, "--servers", args.servers, SERVERS)
+    if args.variant_args is not None:
+        args.servers = [*args.servers, VARIANT]
     args.protocols = choices(parser, "--protocols", args.protocols, PROTOCOLS)
     try:
         args.concurrencies = sorted({int(c) for c in args.concurrencies.split(",") if c.strip()})
@@ -151,14 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = describe_machine()
     with tempfile.TemporaryDirectory(prefix="conch-bench-stability-") as folder:
         repositories = {
-            key: SERVERS[key][0](Path(folder) / key / "repo", [args.model]) for key in args.servers
+            key: SERVERS[key if key != VARIANT else "conch"][0](Path(folder) / key / "repo", [args.model])
+            for key in args.servers
         }
         for number in range(1, args.runs + 1):
             for key in round_order(args.servers, number):
                 print(f"run {number} of {args.runs}: {key}", flush=True)
                 workdir = Path(folder) / key
                 try:
-                    with serve(key, repositories[key], workdir, args.conch_args.split()) as server:
+                    flags = (args.variant_args if key == VARIANT else args.conch_args).split()
+                    with serve(key, repositories[key], workdir, flags) as server:
                         runs += measure_server(key, server, args, extra)
                 except (PeerUnavailable, ServerError, OSError) as exc:
                     print(f"  {key}: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
@@ -191,7 +203,7 @@ def measure_server(
 
 
 def serve(key: str, repository: Path, workdir: Path, conch_args: Sequence[str]) -> ServerProcess:
-    if key != "conch":
+    if key not in ("conch", VARIANT):
         return SERVERS[key][1](repository, workdir)
     return serve_conch(repository, workdir, extra=conch_args)
 
@@ -244,7 +256,8 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         f"- `perf_analyzer -m {args.model} -u ADDRESS -i PROTOCOL -v --concurrency-range C --shape INPUT0:"
         f"{MODELS[args.model][0]}`, {window}, default stability (3 windows within 10 %, at most 10)",
         f"- {args.runs} run(s) per point; the servers alternate run by run, each started fresh for its run; "
-        f"conch flags: `{args.conch_args or '(defaults)'}`",
+        f"conch flags: `{args.conch_args or '(defaults)'}`"
+        + (f"; {VARIANT} flags: `{args.variant_args}`" if args.variant_args is not None else ""),
         "- CV: population standard deviation over the mean of one run's window throughputs (every window "
         "it printed, the unsettled first ones included)",
         "- steal: the share of the machine's CPU time its hypervisor took during a run (`/proc/stat`), "

@@ -40,7 +40,7 @@ def test_the_summary_counts_stable_runs_and_quotes_the_worst_cv() -> None:
     assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 |"
     assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 |"
     args = argparse.Namespace(
-        servers=["conch", "triton"], window_ms=None, model="tiny", runs=2, conch_args=""
+        servers=["conch", "triton"], window_ms=None, model="tiny", runs=2, conch_args="", variant_args=None
     )
 
     text = render(runs, args, datetime(2026, 12, 1, tzinfo=UTC), ["machine"])
@@ -55,6 +55,19 @@ def test_arguments() -> None:
         parse_args(["--runs", "0"])
     with pytest.raises(SystemExit):
         parse_args(["--servers", "mlserver"])
+
+
+def test_a_variant_takes_its_turn_as_a_third_server_and_the_report_names_its_flags() -> None:
+    args = parse_args(["--servers", "conch", "--variant-args", "--busy-poll-us 0"])
+    assert args.servers == ["conch", "conch-variant"]
+    assert parse_args([]).variant_args is None and "conch-variant" not in parse_args([]).servers
+    runs = [
+        Run("conch", "http", 1, True, [1000.0, 1000.0]),
+        Run("conch-variant", "http", 1, False, [500.0, 1500.0], failure="Failed to obtain"),
+    ]
+    text = render(runs, args, datetime(2026, 12, 3, tzinfo=UTC), ["machine"])
+    assert "conch 1 of 1 stable, conch-variant 0 of 1 stable" in text
+    assert "conch-variant flags: `--busy-poll-us 0`" in text
 
 
 def test_steal_is_the_eighth_counters_share_of_the_time_between_readings() -> None:
