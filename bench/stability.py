@@ -44,6 +44,13 @@ from bench.servers import ServerError, ServerProcess
 SERVERS = {"conch": (write_conch_repository, serve_conch), "triton": (write_triton_repository, serve_triton)}
 #: The server key of ``--variant-args``: conch again, with other flags, taking its turn beside the rest.
 VARIANT = "conch-variant"
+
+
+def kind(key: str) -> str:
+    """The server a key runs: the variant is conch, with its own flags."""
+    return "conch" if key == VARIANT else key
+
+
 PROTOCOLS = ("grpc", "http")
 CONCURRENCIES = (1, 4, 8, 32)
 _PASS = re.compile(r"Pass \[(\d+)\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec")
@@ -161,21 +168,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = describe_machine()
     with tempfile.TemporaryDirectory(prefix="conch-bench-stability-") as folder:
         repositories = {
-            key: SERVERS[key if key != VARIANT else "conch"][0](Path(folder) / key / "repo", [args.model])
+            kind(key): SERVERS[kind(key)][0](Path(folder) / kind(key) / "repo", [args.model])
             for key in args.servers
         }
+        flags = {"conch": args.conch_args.split(), VARIANT: (args.variant_args or "").split()}
         for number in range(1, args.runs + 1):
             for key in round_order(args.servers, number):
                 print(f"run {number} of {args.runs}: {key}", flush=True)
                 workdir = Path(folder) / key
                 try:
-                    flags = (args.variant_args if key == VARIANT else args.conch_args).split()
-                    with serve(key, repositories[key], workdir, flags) as server:
+                    with serve(key, repositories[kind(key)], workdir, flags.get(key, [])) as server:
                         runs += measure_server(key, server, args, extra)
                 except (PeerUnavailable, ServerError, OSError) as exc:
                     print(f"  {key}: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
                 finally:
-                    keep_log(workdir / f"{key}.log")
+                    keep_log(workdir / f"{kind(key)}.log")
     machine.append(f"load average at the end: {loadavg()}")
     name = started.strftime("%Y-%m-%d-%H%M%S") + "-stability.md"
     write_report(render(runs, args, started, machine), args.results_dir, name, "bench.stability")
@@ -203,7 +210,7 @@ def measure_server(
 
 
 def serve(key: str, repository: Path, workdir: Path, conch_args: Sequence[str]) -> ServerProcess:
-    if key not in ("conch", VARIANT):
+    if kind(key) != "conch":
         return SERVERS[key][1](repository, workdir)
     return serve_conch(repository, workdir, extra=conch_args)
 
