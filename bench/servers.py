@@ -222,13 +222,27 @@ def cpu_reading(server: ServerProcess) -> tuple[float, float] | None:
     pid = server.process.pid
     own, children = None, 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        read = _parent_and_cpu_seconds(stat)
+        if read is None:
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        parent, seconds = read
         if stat.parent.name == str(pid):
             own = seconds
-        elif int(fields[1]) == pid:
+        elif parent == pid:
             children += seconds
     return None if own is None else (own, children)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system, every thread) so far of process ``pid``; None where unknown."""
+    read = _parent_and_cpu_seconds(Path(f"/proc/{pid}/stat"))
+    return None if read is None else read[1]
+
+
+def _parent_and_cpu_seconds(stat: Path) -> tuple[int, float] | None:
+    """A process's parent id and CPU seconds from its ``/proc/PID/stat``; None if it is gone."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None

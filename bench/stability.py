@@ -21,11 +21,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.cost_per_second import Contrast, Second, median_contrast, sample_seconds, slow_against_fast
 from bench.loadgen import PERF_ANALYZER
 from bench.models import MODELS, write_conch_repository, write_triton_repository
 from bench.peers import PeerUnavailable, serve_conch, serve_triton
@@ -52,6 +54,8 @@ def kind(key: str) -> str:
 
 
 PROTOCOLS = ("grpc", "http")
+#: A perf_analyzer run still going after this long is killed and counted unstable.
+RUN_TIMEOUT_S = 600
 CONCURRENCIES = (1, 4, 8, 32)
 _PASS = re.compile(r"Pass \[(\d+)\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec")
 
@@ -70,6 +74,8 @@ class Run:
     #: The share of the machine's CPU time its hypervisor took during the run (``steal`` in
     #: ``/proc/stat``): a virtual machine's noise that no server can remove; None where unknown.
     steal: float | None = None
+    #: Each second's rate and CPU per request, server and client (:mod:`bench.cost_per_second`).
+    seconds: list[Second] = field(default_factory=list)
 
     @property
     def cv(self) -> float | None:
@@ -86,26 +92,44 @@ def parse_passes(output: str) -> tuple[list[float], list[float]]:
 
 
 def run_once(
-    server: str, address: str, protocol: str, concurrency: int, model: str, extra: Sequence[str]
+    key: str, server: ServerProcess, protocol: str, concurrency: int, model: str, extra: Sequence[str]
 ) -> Run:
-    """perf_analyzer with its defaults against ``model`` at ``address``; ``extra`` adds flags (none by
-    default: the point is the default settings)."""
+    """perf_analyzer with its defaults against ``model`` on ``server``; ``extra`` adds flags (none by
+    default: the point is the default settings). Each second's cost is sampled meanwhile."""
+    address = server.ports.grpc_address if protocol == "grpc" else server.ports.http_address
     command = [str(PERF_ANALYZER), "-m", model, "-u", address, "-i", protocol, "-v"]
     command += ["--concurrency-range", str(concurrency), "--shape", f"INPUT0:{MODELS[model][0]}", *extra]
     before = cpu_times()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        return Run(server, protocol, concurrency, False, failure="perf_analyzer did not finish in 600 s")
+    timed_out = threading.Event()
+    with tempfile.TemporaryFile() as log:
+        client = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+        def give_up() -> None:
+            timed_out.set()
+            client.kill()
+
+        deadline = threading.Timer(RUN_TIMEOUT_S, give_up)
+        deadline.start()
+        try:
+            seconds = sample_seconds(client, server, model)
+        finally:
+            deadline.cancel()
+            if client.poll() is None:  # sampling failed: do not leave the load running
+                client.kill()
+            client.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace")
     steal = steal_share(before, cpu_times())
-    output = done.stdout + done.stderr
+    if timed_out.is_set():
+        gone = f"perf_analyzer did not finish in {RUN_TIMEOUT_S} s"
+        return Run(key, protocol, concurrency, False, failure=gone)
     windows, latencies = parse_passes(output)
-    stable = done.returncode == 0 and "Failed to obtain stable measurement" not in output
+    stable = client.returncode == 0 and "Failed to obtain stable measurement" not in output
     failure = None
     if not stable:
         lines = [line.strip() for line in output.splitlines() if line.strip()]
-        failure = lines[-1] if lines else f"exit {done.returncode}"
-    return Run(server, protocol, concurrency, stable, windows, latencies, failure, steal)
+        failure = lines[-1] if lines else f"exit {client.returncode}"
+    return Run(key, protocol, concurrency, stable, windows, latencies, failure, steal, seconds)
 
 
 def cpu_times() -> list[int]:
@@ -195,15 +219,16 @@ def measure_server(
     """One run at every (protocol, concurrency) on a started server."""
     runs = []
     for protocol in args.protocols:
-        address = server.ports.grpc_address if protocol == "grpc" else server.ports.http_address
         for concurrency in args.concurrencies:
-            run = run_once(key, address, protocol, concurrency, args.model, extra)
+            run = run_once(key, server, protocol, concurrency, args.model, extra)
             runs.append(run)
             cv = f"{run.cv:.1%}" if run.cv is not None else "-"
             verdict = "stable" if run.stable else "UNSTABLE"
             steal = f", steal {run.steal:.1%}" if run.steal is not None else ""
+            contrast = slow_against_fast(run.seconds)
+            slow = f"; slow/fast seconds: {contrast.describe()}" if contrast is not None else ""
             print(
-                f"  {protocol} c={concurrency}: {verdict}, {len(run.windows)} windows, CV {cv}{steal}",
+                f"  {protocol} c={concurrency}: {verdict}, {len(run.windows)} windows, CV {cv}{steal}{slow}",
                 flush=True,
             )
     return runs
@@ -228,16 +253,26 @@ def summary_rows(runs: Sequence[Run]) -> list[str]:
         span = f"{min(rates):,.0f}-{max(rates):,.0f}" if rates else "-"
         stable = sum(r.stable for r in group)
         cells = [protocol, str(concurrency), server, f"{stable} of {len(group)}", median_cv, worst_cv, span]
+        cells += _contrast_cells(median_contrast([slow_against_fast(r.seconds) for r in group]))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
+def _contrast_cells(contrast: Contrast | None) -> list[str]:
+    if contrast is None:
+        return ["-", "-", "-"]
+    return [f"{contrast.rate:.2f}x", f"{contrast.server_us:.2f}x", f"{contrast.client_us:.2f}x"]
+
+
 def unstable_line(run: Run) -> str:
-    """An unstable run: why, its windows (infer/s) and how much CPU the hypervisor took meanwhile."""
+    """An unstable run: why, its windows (infer/s), how much CPU the hypervisor took meanwhile and
+    whose cost per request rose in its slow seconds."""
     windows = ", ".join(f"{w:,.0f}" for w in run.windows)
     steal = f"; steal {run.steal:.1%}" if run.steal is not None else ""
+    contrast = slow_against_fast(run.seconds)
+    slow = f"; slow against fast seconds: {contrast.describe()}" if contrast is not None else ""
     where = f"{run.server} {run.protocol} c={run.concurrency}"
-    return f"- {where}: {run.failure} (windows/s: {windows or '-'}{steal})"
+    return f"- {where}: {run.failure} (windows/s: {windows or '-'}{steal}{slow})"
 
 
 def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, machine: Sequence[str]) -> str:
@@ -251,8 +286,8 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         f"# perf_analyzer stability, {started.strftime('%Y-%m-%d %H:%M UTC')}\n",
         f"**{totals}.**\n",
         "| protocol | concurrency | server | stable runs | median CV of windows | worst CV | window rates/s "
-        "|",
-        "|---|---|---|---|---|---|---|",
+        "| slow/fast seconds: rate | server CPU/request | client CPU/request |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *summary_rows(runs),
         "\n## Unstable runs\n",
         *(failures or ["none"]),
@@ -270,6 +305,12 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         "- steal: the share of the machine's CPU time its hypervisor took during a run (`/proc/stat`), "
         "shown for unstable runs; median over all runs: "
         + (f"{statistics.median(st):.1%}" if (st := [r.steal for r in runs if r.steal is not None]) else "-"),
+        "- slow/fast seconds: each run is sampled every second (requests from the server's statistics, "
+        "CPU from `/proc` for the server with its child processes and for perf_analyzer); the slowest third "
+        "of a run's seconds over its fastest third, as ratios of their means, median over the point's runs. "
+        "Where the client's CPU per request rises as the server's does, the machine ran slower; where only "
+        "the server's rises, the server did more work per request; where neither does, requests waited "
+        "without using a core",
         "- the load generator shares the server's 2 cores",
     ]
     return "\n".join(parts) + "\n"

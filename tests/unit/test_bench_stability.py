@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bench.cost_per_second import Second
 from bench.stability import Run, parse_args, parse_passes, render, summary_rows
 
 VERBOSE = """\
@@ -31,14 +32,24 @@ def test_the_coefficient_of_variation_of_the_windows() -> None:
 
 
 def test_the_summary_counts_stable_runs_and_quotes_the_worst_cv() -> None:
+    # The unstable run's slow seconds (rate 800) cost the server and the client 1.25x the fast ones.
+    seconds = [Second(rate, 100_000 / rate, 50_000 / rate) for rate in (800, 800, 1000, 1000, 1000, 1000)]
     runs = [
         Run("conch", "grpc", 4, True, [1000.0, 1000.0, 1000.0]),
-        Run("conch", "grpc", 4, False, [800.0, 1200.0], failure="Failed to obtain stable measurement"),
+        Run(
+            "conch",
+            "grpc",
+            4,
+            False,
+            [800.0, 1200.0],
+            failure="Failed to obtain stable measurement",
+            seconds=seconds,
+        ),
         Run("triton", "grpc", 4, True, [990.0, 1010.0]),
     ]
     lines = summary_rows(runs)
-    assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 |"
-    assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 |"
+    assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 | 0.80x | 1.25x | 1.25x |"
+    assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 | - | - | - |"
     args = argparse.Namespace(
         servers=["conch", "triton"], window_ms=None, model="tiny", runs=2, conch_args="", variant_args=None
     )
@@ -46,6 +57,7 @@ def test_the_summary_counts_stable_runs_and_quotes_the_worst_cv() -> None:
     text = render(runs, args, datetime(2026, 12, 1, tzinfo=UTC), ["machine"])
     assert "conch 1 of 2 stable, triton 1 of 1 stable" in text
     assert "conch grpc c=4: Failed to obtain stable measurement" in text
+    assert "slow against fast seconds: rate 0.80x, server CPU/request 1.25x, client 1.25x" in text
 
 
 def test_arguments() -> None:
