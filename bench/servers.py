@@ -158,6 +158,9 @@ class StatsReading:
 
     compute: tuple[int, int]
     request: tuple[int, int]
+    #: Rows inferred and model executions so far (their quotient is the mean batch).
+    inferences: int = 0
+    executions: int = 0
 
     def since(self, earlier: StatsReading) -> ServerTimes:
         """Mean times per request between ``earlier`` and this reading."""
@@ -187,10 +190,14 @@ def stats_reading(server: ServerProcess, model: str) -> StatsReading | None:
     """The model's statistics from ``/v2/models/MODEL/stats``, or None where there is no such API."""
     try:
         stats = server.get_json(f"/v2/models/{model}/stats")
-        inference = stats["model_stats"][0]["inference_stats"]
+        model_stats = stats["model_stats"][0]
+        inference = model_stats["inference_stats"]
         compute, success = inference["compute_infer"], inference["success"]
         return StatsReading(
-            (int(compute["count"]), int(compute["ns"])), (int(success["count"]), int(success["ns"]))
+            (int(compute["count"]), int(compute["ns"])),
+            (int(success["count"]), int(success["ns"])),
+            int(model_stats.get("inference_count", 0)),
+            int(model_stats.get("execution_count", 0)),
         )
     except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError):
         return None

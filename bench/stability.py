@@ -260,8 +260,9 @@ def summary_rows(runs: Sequence[Run]) -> list[str]:
 
 def _contrast_cells(contrast: Contrast | None) -> list[str]:
     if contrast is None:
-        return ["-", "-", "-"]
-    return [f"{contrast.rate:.2f}x", f"{contrast.server_us:.2f}x", f"{contrast.client_us:.2f}x"]
+        return ["-", "-", "-", "-"]
+    batch = f"{contrast.batch:.2f}x" if contrast.batch is not None else "-"
+    return [f"{contrast.rate:.2f}x", f"{contrast.server_us:.2f}x", f"{contrast.client_us:.2f}x", batch]
 
 
 def unstable_line(run: Run) -> str:
@@ -286,8 +287,8 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         f"# perf_analyzer stability, {started.strftime('%Y-%m-%d %H:%M UTC')}\n",
         f"**{totals}.**\n",
         "| protocol | concurrency | server | stable runs | median CV of windows | worst CV | window rates/s "
-        "| slow/fast seconds: rate | server CPU/request | client CPU/request |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| slow/fast seconds: rate | server CPU/request | client CPU/request | batch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *summary_rows(runs),
         "\n## Unstable runs\n",
         *(failures or ["none"]),
@@ -310,7 +311,9 @@ def render(runs: Sequence[Run], args: argparse.Namespace, started: datetime, mac
         "of a run's seconds over its fastest third, as ratios of their means, median over the point's runs. "
         "Where the client's CPU per request rises as the server's does, the machine ran slower; where only "
         "the server's rises, the server did more work per request; where neither does, requests waited "
-        "without using a core",
+        "without using a core. batch: the model's mean rows per execution, from the same statistics. "
+        "conch polls for `--busy-poll-us` after an answer, so at few clients its CPU per request follows "
+        "one over its rate: read the client's column there",
         "- the load generator shares the server's 2 cores",
     ]
     return "\n".join(parts) + "\n"

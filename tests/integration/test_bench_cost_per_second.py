@@ -40,6 +40,8 @@ def test_each_second_of_a_run_counts_the_servers_requests_and_both_processes_cpu
         assert 50 < second.rate < 50_000
         assert second.server_us > 0
         assert second.client_us > 10
+        # One request at a time: every execution of the model ran one row.
+        assert second.batch == pytest.approx(1.0)
 
 
 def test_a_client_that_sends_nothing_gives_no_seconds(tmp_path: Path) -> None:
@@ -58,9 +60,13 @@ def test_the_slowest_third_is_set_against_the_fastest() -> None:
     assert contrast == Contrast(pytest.approx(200 / 800), pytest.approx(2.0), pytest.approx(1.0))
     assert contrast.describe() == "rate 0.25x, server CPU/request 2.00x, client 1.00x"
     assert slow_against_fast(seconds[:5]) is None
+    # Without the model's batches in any second there is no batch ratio; with them, there is one.
+    assert contrast.batch is None
+    batched = [Second(s.rate, s.server_us, s.client_us, 4.0 if s.rate < 400 else 8.0) for s in seconds]
+    assert slow_against_fast(batched).batch == pytest.approx(0.5)
 
 
 def test_the_median_over_runs_skips_runs_without_a_contrast() -> None:
-    runs = [Contrast(0.5, 2.0, 1.0), None, Contrast(0.7, 1.0, 1.4), Contrast(0.9, 1.5, 1.2)]
-    assert median_contrast(runs) == Contrast(0.7, 1.5, 1.2)
+    runs = [Contrast(0.5, 2.0, 1.0, 0.5), None, Contrast(0.7, 1.0, 1.4), Contrast(0.9, 1.5, 1.2, 0.9)]
+    assert median_contrast(runs) == Contrast(0.7, 1.5, 1.2, pytest.approx(0.7))
     assert median_contrast([None]) is None

@@ -48,8 +48,8 @@ def test_the_summary_counts_stable_runs_and_quotes_the_worst_cv() -> None:
         Run("triton", "grpc", 4, True, [990.0, 1010.0]),
     ]
     lines = summary_rows(runs)
-    assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 | 0.80x | 1.25x | 1.25x |"
-    assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 | - | - | - |"
+    assert lines[0] == "| grpc | 4 | conch | 1 of 2 | 10.0% | 20.0% | 800-1,200 | 0.80x | 1.25x | 1.25x | - |"
+    assert lines[1] == "| grpc | 4 | triton | 1 of 1 | 1.0% | 1.0% | 990-1,010 | - | - | - | - |"
     args = argparse.Namespace(
         servers=["conch", "triton"], window_ms=None, model="tiny", runs=2, conch_args="", variant_args=None
     )
