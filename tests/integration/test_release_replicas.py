@@ -273,8 +273,11 @@ def test_a_candidate_that_disagrees_on_most_traffic_is_rolled_back_by_both_repli
         page = scrape(replica.server.metrics_url)
         assert page.value("conch_release_rollbacks_total", model="disagreeing") == 1
     # Locally A would read 0 and B 1; both read the share of B's agreeing requests in all of them.
+    # Each replica judges at its own moment, on Prometheus's counters as of its last scrape, so a
+    # few seconds of traffic lie between their figures (0.25 against 0.30 seen on a loaded machine):
+    # a tenth apart is still nowhere near the local readings, a whole 1.0 apart.
     assert a["agreement"] is not None and b["agreement"] is not None
-    assert abs(a["agreement"] - b["agreement"]) <= 0.05, (a, b)
+    assert abs(a["agreement"] - b["agreement"]) <= 0.1, (a, b)
     for agreement in (a["agreement"], b["agreement"]):
         assert abs(agreement - share_b) <= 0.1, (agreement, share_b)
     assert a["error_rate_increase"] == b["error_rate_increase"] == 0
