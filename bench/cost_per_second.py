@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from bench.servers import ServerProcess, cpu_reading, process_cpu_seconds, stats_reading
 
@@ -34,12 +35,12 @@ from bench.servers import ServerProcess, cpu_reading, process_cpu_seconds, stats
 class Second:
     """One interval of a run: requests per second, CPU microseconds per request in the server's
     processes (with its children, as Triton's python model processes) and in the load generator, and
-    the mean batch the model ran (rows per execution; 0 where the server did not say)."""
+    the mean batch the model ran (rows per execution; None where the server did not say)."""
 
     rate: float
     server_us: float
     client_us: float
-    batch: float = 0.0
+    batch: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,15 @@ def sample_seconds(
     return seconds[1:-1]
 
 
-#: (time, requests finished, server CPU seconds, client CPU seconds, rows inferred, executions)
-_Reading = tuple[float, int, float, float, int, int]
+class _Reading(NamedTuple):
+    """Counters at one moment, all since the processes started."""
+
+    time: float
+    requests: int
+    server_cpu_s: float
+    client_cpu_s: float
+    rows: int
+    executions: int
 
 
 def _reading(
@@ -100,40 +108,46 @@ def _reading(
     client_cpu = process_cpu_seconds(client_pid)
     if stats is None or server_cpu is None or client_cpu is None:
         return None
-    return clock(), stats.request[0], sum(server_cpu), client_cpu, stats.inferences, stats.executions
+    return _Reading(
+        clock(), stats.request[0], sum(server_cpu), client_cpu, stats.inferences, stats.executions
+    )
 
 
 def _between(earlier: _Reading, later: _Reading) -> Second | None:
-    elapsed, requests = later[0] - earlier[0], later[1] - earlier[1]
+    elapsed, requests = later.time - earlier.time, later.requests - earlier.requests
     if elapsed <= 0 or requests <= 0:
         return None
-    executions = later[5] - earlier[5]
+    executions = later.executions - earlier.executions
     return Second(
         requests / elapsed,
-        (later[2] - earlier[2]) / requests * 1e6,
-        (later[3] - earlier[3]) / requests * 1e6,
-        (later[4] - earlier[4]) / executions if executions > 0 else 0.0,
+        (later.server_cpu_s - earlier.server_cpu_s) / requests * 1e6,
+        (later.client_cpu_s - earlier.client_cpu_s) / requests * 1e6,
+        (later.rows - earlier.rows) / executions if executions > 0 else None,
     )
 
 
 def slow_against_fast(seconds: Sequence[Second]) -> Contrast | None:
-    """The slowest third of ``seconds`` (by rate) against the fastest third; None with too few."""
+    """The slowest third of ``seconds`` (by rate) against the fastest third; None with too few, or
+    where the fast third spent no CPU that ``/proc`` could count (its clock ticks are 10 ms)."""
     if len(seconds) < MIN_SECONDS:
         return None
     ordered = sorted(seconds, key=lambda s: s.rate)
     third = len(ordered) // 3
     slow, fast = ordered[:third], ordered[-third:]
 
-    def ratio(value: Callable[[Second], float]) -> float:
-        return statistics.fmean(map(value, slow)) / statistics.fmean(map(value, fast))
+    def ratio(value: Callable[[Second], float]) -> float | None:
+        below = statistics.fmean(map(value, fast))
+        return statistics.fmean(map(value, slow)) / below if below > 0 else None
 
-    batched = all(s.batch > 0 for s in slow + fast)
-    return Contrast(
-        ratio(lambda s: s.rate),
-        ratio(lambda s: s.server_us),
-        ratio(lambda s: s.client_us),
-        ratio(lambda s: s.batch) if batched else None,
-    )
+    rate, server, client = ratio(lambda s: s.rate), ratio(lambda s: s.server_us), ratio(lambda s: s.client_us)
+    if rate is None or server is None or client is None:
+        return None
+    slow_batches = [s.batch for s in slow if s.batch is not None]
+    fast_batches = [s.batch for s in fast if s.batch is not None]
+    batch = None
+    if len(slow_batches) == len(fast_batches) == third:  # every second says its batch
+        batch = statistics.fmean(slow_batches) / statistics.fmean(fast_batches)
+    return Contrast(rate, server, client, batch)
 
 
 def median_contrast(contrasts: Sequence[Contrast | None]) -> Contrast | None:

@@ -124,7 +124,7 @@ def _cast(values: Any, dtype: np.dtype) -> np.ndarray:
 
     Why: numpy turns such a number into infinity with only a warning, and the model would compute on
     it. JSON has no infinity (orjson refuses one), so an infinity here always came from a too large
-    value: the client's mistake, answered with a 400. The ``errstate`` block costs 1.0 to 1.9 us a
+    value: the client's mistake, answered with a 400. The ``errstate`` block costs about 1 to 2 us a
     request (``python -m bench.codec_cost``, 3 alternating rounds against the code before it: 16->4
     floats 12.7-12.9 -> 13.8-13.9 us, 256->256 28.8-29.1 -> 30.4-30.7 us, 1024->1000 77.3-77.4 ->
     78.7-79.3 us); checking the result for infinities afterwards (a sum, a max) cost as much.

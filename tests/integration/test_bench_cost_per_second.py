@@ -64,6 +64,10 @@ def test_the_slowest_third_is_set_against_the_fastest() -> None:
     assert contrast.batch is None
     batched = [Second(s.rate, s.server_us, s.client_us, 4.0 if s.rate < 400 else 8.0) for s in seconds]
     assert slow_against_fast(batched).batch == pytest.approx(0.5)
+    # A fast third whose CPU /proc could not count (under one 10 ms tick) gives no contrast, not a
+    # division by zero an hour into a stability run.
+    uncounted = [Second(s.rate, s.server_us if s.rate < 400 else 0.0, s.client_us) for s in seconds]
+    assert slow_against_fast(uncounted) is None
 
 
 def test_the_median_over_runs_skips_runs_without_a_contrast() -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from bench import stability
 from bench.cost_per_second import Second
+from bench.servers import Ports, ServerProcess
 from bench.stability import Run, parse_args, parse_passes, render, summary_rows
 
 VERBOSE = """\
@@ -102,3 +106,21 @@ def test_the_core_speed_probe_times_its_loop_in_cpu_time() -> None:
 
     assert probe_ns(20_000) > probe_ns(10) > 0  # more work, more CPU time
     assert spread([100_000] * 9 + [200_000]).startswith("p10 100 µs, p50 100 µs")
+
+
+def test_a_perf_analyzer_that_never_finishes_is_killed_and_counted_unstable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hung = tmp_path / "perf_analyzer"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    hung.chmod(0o755)
+    monkeypatch.setattr(stability, "PERF_ANALYZER", hung)
+    monkeypatch.setattr(stability, "RUN_TIMEOUT_S", 1)
+    # No server listens: every sample fails, and the run still ends at the timeout.
+    server = ServerProcess("conch", [], Ports(), tmp_path / "conch.log")
+
+    started = time.monotonic()
+    run = stability.run_once("conch", server, "http", 4, "tiny", [])
+
+    assert time.monotonic() - started < 15
+    assert (run.stable, run.failure, run.seconds) == (False, "perf_analyzer did not finish in 1 s", [])
