@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass, replace
@@ -19,7 +20,8 @@ import numpy as np
 from bench.models import MODELS
 
 SHARED_TOOLS = Path(__file__).resolve().parents[2] / "shared" / "tools"
-PERF_ANALYZER = SHARED_TOOLS / "perf_analyzer"
+# CONCH_PERF_ANALYZER names another build (the PyPI perf-analyzer's, say) on machines without ../shared.
+PERF_ANALYZER = Path(os.environ.get("CONCH_PERF_ANALYZER") or SHARED_TOOLS / "perf_analyzer")
 
 _WRK_SCRIPT = """\
 wrk.method = "POST"
@@ -69,13 +71,18 @@ def run_wrk(
     seconds: float,
     workdir: Path,
     headers: dict[str, str] | None = None,
+    threads: int = 1,
 ) -> LoadResult:
-    """``wrk -t1 -cC -dNs --latency -s post.lua URL``, POSTing the file at ``body_path`` with
-    ``headers`` besides its content type (an ``Authorization`` token, say)."""
+    """``wrk -tT -cC -dNs --latency -s post.lua URL``, POSTing the file at ``body_path`` with
+    ``headers`` besides its content type (an ``Authorization`` token, say).
+
+    One thread (the default) keeps the load generator to one core on small machines; a server spread
+    over many cores can outrun one wrk thread, so ``threads`` raises it there."""
     script = workdir / "post.lua"
     extra = "".join(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
     script.write_text(_WRK_SCRIPT.format(body=body_path) + extra)
-    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
+    command = ["wrk", f"-t{max(1, min(threads, concurrency))}", f"-c{concurrency}"]
+    command += [f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
     command += ["--latency", "-s", str(script), url]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,13 +51,22 @@ class Setup:
         return f"{cores}, {self.workers} worker" + ("s" if self.workers > 1 else "")
 
 
-def setups(cores: Sequence[int]) -> list[Setup]:
-    """For each core count: one process; above one core, one process per core, and frontends."""
-    found = []
-    for n in cores:
-        found.append(Setup(n, 1))
-        if n > 1:
-            found += [Setup(n, n), Setup(n, 1, n - 1), Setup(n, 1, n)]
+KINDS = ("one", "workers", "frontends-1", "frontends")
+"""Per core count above one: one process, one per core (``--workers N``), and ``--frontends N-1``
+and ``N`` (N-1 leaves the model process a core of its own)."""
+
+
+def setups(cores: Sequence[int], kinds: Sequence[str] = KINDS) -> list[Setup]:
+    """One process on the fewest cores (every ratio's reference), then ``kinds`` for each larger count."""
+    found = [Setup(cores[0], 1)]
+    for n in cores[1:]:
+        made = {
+            "one": Setup(n, 1),
+            "workers": Setup(n, n),
+            "frontends-1": Setup(n, 1, n - 1),
+            "frontends": Setup(n, 1, n),
+        }
+        found += [made[kind] for kind in kinds if made[kind] not in found]
     return found
 
 
@@ -69,8 +80,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"setups per core count, from {','.join(KINDS)}"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no round that the rounds so far say would end past this many seconds (0: no limit)",
+    )
+    parser.add_argument(
+        "--wrk-threads",
+        type=int,
+        default=max(1, available // 4),
+        help="wrk threads for HTTP JSON (default: a quarter of the cores, so one wrk thread caps nothing)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
+    if not args.kinds or any(kind not in KINDS for kind in args.kinds):
+        parser.error(f"--kinds: a comma-separated list from {','.join(KINDS)}")
+    if args.wrk_threads < 1:
+        parser.error("--wrk-threads must be at least 1")
     try:
         args.cores = sorted({int(n) for n in args.cores.split(",") if n.strip()})
     except ValueError:
@@ -87,13 +118,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(UTC)
     machine = describe_machine()
     cpus = sorted(os.sched_getaffinity(0))
+    machine.append(pinning_check(cpus))
     rates: dict[tuple[Setup, str], list[float]] = {}
-    plan = setups(args.cores)
+    plan = setups(args.cores, args.kinds)
     with tempfile.TemporaryDirectory(prefix="conch-bench-scaling-") as folder:
         repository = write_conch_repository(Path(folder) / "repo", [args.model])
         body = Path(folder) / "body.json"
         body.write_bytes(loadgen.infer_body(args.model))
+        begun = time.monotonic()
         for number in range(1, args.rounds + 1):
+            spent = time.monotonic() - begun
+            if number > 1 and args.budget_s and spent + spent / (number - 1) > args.budget_s:
+                print(f"stopping after {number - 1} round(s): another would pass --budget-s", flush=True)
+                args.rounds = number - 1
+                break
             for setup in plan if number % 2 else list(reversed(plan)):
                 workdir = Path(folder) / f"{setup.cores}-{setup.workers}-{setup.frontends}"
                 pinned = ",".join(map(str, cpus[: setup.cores]))
@@ -113,6 +151,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+_BURN = """\
+import time
+wall, cpu = time.perf_counter(), time.process_time()
+n = 0
+for i in range(8_000_000):
+    n += i
+print((time.perf_counter() - wall) / (time.process_time() - cpu))
+"""
+
+
+def pinning_check(cpus: Sequence[int]) -> str:
+    """Whether ``taskset`` really confines: two busy processes pinned to one core share it, so each
+    takes about twice its CPU time in wall time. Some sandboxes accept an affinity and ignore it; then
+    every "N cores" figure is really "all cores", and the report says so."""
+    if len(cpus) < 2:
+        return "taskset: not checked (one core)"
+    burner = ["taskset", "-c", str(cpus[0]), sys.executable, "-c", _BURN]
+    running = [subprocess.Popen(burner, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    stretch = statistics.mean(float(process.communicate()[0]) for process in running)
+    verdict = "holds" if stretch >= 1.5 else "DOES NOT HOLD: the N-core setups are not confined"
+    return f"taskset {verdict} (two busy processes pinned to one core ran {stretch:.2f}x their CPU time)"
+
+
 def measure_setup(
     server: ServerProcess,
     setup: Setup,
@@ -125,7 +186,10 @@ def measure_setup(
     """A sanity request, then one point per protocol at ``args.clients``; a failed point counts 0."""
     server.post_json(f"/v2/models/{args.model}/infer", body.read_bytes())
     for protocol in PROTOCOLS:
-        result = point_load(server, args.model, protocol, args.clients, body, args.seconds, workdir)()
+        load = point_load(
+            server, args.model, protocol, args.clients, body, args.seconds, workdir, args.wrk_threads
+        )
+        result = load()
         rates.setdefault((setup, protocol), []).append(result.throughput if result.ok else 0.0)
         status = result.failure or result.note or "ok"
         print(f"round {number}, {setup.name}, {protocol}: {result.throughput:,.0f}/s ({status})", flush=True)
@@ -167,6 +231,7 @@ def render(
         "\n## Method\n",
         "- the server and its children under `taskset -c` on the first N cores; the load generators "
         "(wrk for HTTP JSON, perf_analyzer for HTTP binary and gRPC) unpinned, sharing the cores",
+        f"- wrk with {args.wrk_threads} thread(s); perf_analyzer in its default synchronous mode",
         "- rounds alternate the order of the setups",
     ]
     return "\n".join(lines) + "\n"

@@ -268,11 +268,12 @@ def point_load(
     body: Path,
     seconds: float,
     workdir: Path,
+    wrk_threads: int = 1,
 ) -> Callable[[], loadgen.LoadResult]:
     """The load of one point: wrk POSTing JSON, or perf_analyzer over HTTP (binary tensors) or gRPC."""
     if protocol == "http_json":
         url = f"{server.ports.http_url}/v2/models/{size}/infer"
-        return lambda: loadgen.run_wrk(url, body, concurrency, seconds, workdir)
+        return lambda: loadgen.run_wrk(url, body, concurrency, seconds, workdir, threads=wrk_threads)
     address = server.ports.http_address if protocol == "http_binary" else server.ports.grpc_address
     target = loadgen.PerfTarget(size, address, "http" if protocol == "http_binary" else "grpc")
     return lambda: loadgen.perf_analyzer_point(target, concurrency, seconds, workdir)
