@@ -14,7 +14,7 @@ import socket
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -56,10 +56,12 @@ from conch.release.runner import check_releases, release_controller
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
+from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendStartError, frontends_for
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling
+from conch.usable_cores import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,9 @@ class ServeSettings:
     server_name: str = "conch"
     default_max_batch_size: int = 4
     workers: int = 1
-    #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them.
-    frontends: int = 0
+    #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them;
+    #: None: as many as the cores allow (``conch.runtime.frontend_count``).
+    frontends: int | None = 0
     grpc_relay: bool = False
     busy_poll_us: int = 1000
     grpc_acceptors: int = DEFAULT_ACCEPTORS
@@ -156,16 +159,18 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     As one of several workers, HTTP comes on the supervisor's socket, gRPC shares its port with the
     other workers (``SO_REUSEPORT``), and the supervisor serves the metrics port.
     """
+    count, why = frontend_count(settings, os.environ)
+    if settings.frontends is None:
+        log.info("frontend processes: %d (%s)", count, why)
+    settings = replace(settings, frontends=count)
     sockets = (
-        []
-        if settings.frontends
-        else [worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")]
+        [] if count else [worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")]
     )
     if worker is None:
         sockets.append(listen(settings.host, settings.metrics_port, "metrics"))
     options = LoadOptions(
         default_max_batch_size=settings.default_max_batch_size,
-        cpu_cores=max(1, (os.cpu_count() or 1) // settings.workers),
+        cpu_cores=max(1, usable_cores() // settings.workers),
         breaker_defaults=settings.circuit_breaker_defaults,
         breakers_on=settings.circuit_breaker,
         fallback_levels=parse_strategy(settings.fallback_strategy, "--fallback-strategy"),
@@ -202,8 +207,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay, frontends = None, None, None
     try:
-        if settings.frontends:
-            frontends = frontends_for(settings, server, codes, gateway, journal)
+        if count:
+            frontends = frontends_for(settings, count, server, codes, gateway, journal)
             await frontends.start()
         elif settings.grpc_relay:
             relay = RelayEndpoint(server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors)

@@ -31,6 +31,7 @@ from conch.backends.placement import CPU, Placement
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
+from conch.usable_cores import usable_cores
 
 _ORT_TYPES = {
     "tensor(bool)": "BOOL",
@@ -114,15 +115,15 @@ def session_options(
 
 
 def default_intra_op_threads(instances: int, cores: int | None = None) -> int:
-    """Threads per instance: the cores (default: the machine's) shared among the instances, at least one
-    each.
+    """Threads per instance: the cores (default: those this process may use) shared among the
+    instances, at least one each.
 
     Measured on 2 cores with the benchmark MLP: one thread per instance left a core to the event loop
     (gRPC at 32 clients 1,160/s against 1,081/s with two) but doubled the latency of a lone request
     (4.4 ms against 2.1 ms) and lowered HTTP throughput (1,338/s against 1,409/s). Two threads that
     sleep when idle (``allow_spinning`` 0) give the loop its core back between executions.
     """
-    return max(1, (cores or os.cpu_count() or 1) // max(instances, 1))
+    return max(1, (cores or usable_cores()) // max(instances, 1))
 
 
 def _int_param(params: dict[str, str], key: str, default: int) -> int:

@@ -28,6 +28,13 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def count_or_auto(text: str) -> int | None:
+    """A whole number from 0, or ``auto`` (None): let the server choose from the cores it may use."""
+    if text.strip().lower() == "auto":
+        return None
+    return at_least(0)(text)
+
+
 def ratio(text: str) -> float:
     """A fraction above 0 and at most 1 (``0.95``): a share of something, such as memory used."""
     try:

@@ -22,6 +22,7 @@ from conch.cli.arguments import (
     backend_setting,
     boolean,
     choice,
+    count_or_auto,
     log_level,
     ratio,
     server_name,
@@ -121,12 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     setting(
         serve,
         "--frontends",
-        at_least(0),
-        "0",
+        count_or_auto,
+        "auto",
         "frontend processes that own the HTTP and gRPC ports (SO_REUSEPORT) and decode and encode "
         "inference there, handing tensors to this process's models through shared memory; batches, "
         "model control, shared memory and sequences stay in one model process; 0 serves the ports "
-        "from the model process itself (see conch docs tuning)",
+        "from the model process itself; auto: one per usable core from 8 cores, else 0 (see conch "
+        "docs tuning)",
     )
     setting(
         serve,

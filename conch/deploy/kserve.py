@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conch.deploy.kubernetes import RUN_AS
+from conch.deploy.kubernetes import RUN_AS, pod_frontends
 from conch.deploy.quantities import scaled_memory
 from conch.deploy.settings import MEMORY_LIMIT_FACTOR, METRICS_PORT
 
@@ -57,6 +57,7 @@ def serving_runtime(args: argparse.Namespace) -> dict[str, Any]:
                         {"name": "CONCH_CACHE_DIR", "value": "/tmp/conch/envs"},
                         {"name": "CONCH_LOG_FORMAT", "value": "json"},
                         {"name": "HOME", "value": "/tmp"},
+                        {"name": "CONCH_FRONTENDS", "value": pod_frontends(args.cpu)},
                     ],
                     "resources": _resources(args),
                     "securityContext": {

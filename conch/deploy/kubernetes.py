@@ -27,8 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from conch.deploy.manifests import Manifest, register
+from conch.deploy.quantities import parse_quantity
 from conch.deploy.releases import DIGEST_ANNOTATION, digest, releases_name
 from conch.deploy.settings import GRPC_PORT, HTTP_PORT, IMAGE_MODELS, METRICS_PORT, DeploySettings
+from conch.runtime.frontend_count import auto_frontends
 
 #: Seconds ``preStop`` waits before conch sees SIGTERM: the endpoints controller and kube-proxy take a
 #: few seconds to stop sending new connections to a terminating pod.
@@ -146,11 +148,20 @@ def environment(settings: DeploySettings) -> list[dict[str, str]]:
         "CONCH_LOG_FORMAT": "json",
         # Python and boto3 look under HOME for caches and config; the root filesystem is read-only.
         "HOME": "/tmp",
+        "CONCH_FRONTENDS": pod_frontends(settings.cpu_limit or settings.cpu),
     }
     variables |= {variable: path for _, path, variable in WRITABLE if variable}
     # Written only when sampling is on (CONCH_LOG_SAMPLE_BODIES above 0); rotated at 100 MB, 3 kept.
     variables["CONCH_AUDIT_LOG"] = AUDIT_LOG
     return [{"name": name, "value": value} for name, value in variables.items()]
+
+
+def pod_frontends(cpu: str) -> str:
+    """``CONCH_FRONTENDS`` for a pod of ``cpu`` (its CPU limit, else its request): ``--frontends
+    auto``'s rule applied to what the pod is given. Without a CPU limit the container sees every
+    core of its node, and ``auto`` would start frontends for cores the pod does not get, each
+    holding its own memory under the pod's limit."""
+    return str(auto_frontends(int(parse_quantity(cpu, "cpu"))))
 
 
 def resources(settings: DeploySettings) -> dict[str, Any]:

@@ -145,12 +145,13 @@ def _json_logging() -> bool:
 
 def frontends_for(
     settings: ServeSettings,
+    count: int,
     server: InferenceServer,
     codes: AnswerCodes,
     gateway: Gateway | None,
     journal: InferenceLog | None,
 ) -> FrontendProcesses:
-    """``settings.frontends`` frontend processes for ``server``, their relayed gRPC calls answered by
+    """``count`` frontend processes for ``server``, their relayed gRPC calls answered by
     the same handlers (gateway, counters, inference log) as the in-process gRPC server's. The hub's
     HTTP app is set once the server has built it."""
     servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
@@ -168,9 +169,9 @@ def frontends_for(
         # evenly, not exactly, so the cap holds to within one share.
         http_limits=dataclasses.replace(
             settings.http_limits,
-            max_connections=-(-settings.http_limits.max_connections // settings.frontends),
+            max_connections=-(-settings.http_limits.max_connections // count),
         ),
         access_log=settings.request_log.access_log,
         busy_poll_us=settings.busy_poll_us,
     )
-    return FrontendProcesses(hub, frontend, settings.frontends)
+    return FrontendProcesses(hub, frontend, count)

@@ -28,6 +28,8 @@ from onnx import TensorProto
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from conch.runtime.frontend_count import auto_frontends
+from conch.usable_cores import usable_cores
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess, free_port, processes_running
@@ -252,6 +254,25 @@ def test_refused_with_workers_or_the_relay(repository: Path, tmp_path: Path) -> 
             refused.start(tmp_path, timeout=30)
         assert refused.process is not None and refused.process.returncode == 2
         assert "--frontends replaces --workers and --grpc-relay" in refused.log()
+
+
+def test_by_default_the_cores_choose_and_workers_still_start(repository: Path, tmp_path: Path) -> None:
+    """No --frontends: ``auto``, as many as this machine's usable cores allow (none under 8), said in
+    the log; beside --workers, where an explicit count is refused, auto quietly starts none."""
+    expected = auto_frontends(usable_cores())
+    default = ServerProcess(repository, []).start(tmp_path)
+    try:
+        assert f"frontend processes: {expected} (auto:" in default.log()
+        assert http_relu(default, np.array([[-1, 2]], np.float32), binary=True).tolist() == [[0, 2]]
+    finally:
+        default.stop()
+    plain = write_repository(tmp_path / "plain", {"relu": (variable_dims_model(), None)})  # no sequences
+    workers = ServerProcess(plain, ["--workers", "2"]).start(tmp_path)
+    try:
+        assert "frontend processes: 0 (auto: --workers or --grpc-relay" in workers.log()
+        assert http_relu(workers, np.array([[3, -3]], np.float32), binary=False).tolist() == [[3, 0]]
+    finally:
+        workers.stop()
 
 
 def test_a_taken_port_is_named(repository: Path) -> None:

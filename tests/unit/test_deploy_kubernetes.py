@@ -132,6 +132,21 @@ def test_service_ports_and_scraping(manifests: Path) -> None:
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
 
 
+def test_frontends_follow_the_pods_cpu_not_the_nodes_cores(manifests: Path, tmp_path: Path) -> None:
+    # One CPU requested (the default): no frontends, though the node may have 64 cores to see.
+    env = {item["name"]: item["value"] for item in container(manifests)["env"]}
+    assert env["CONCH_FRONTENDS"] == "0"
+    for flags, frontends in (
+        (["--cpu", "8"], "8"),
+        (["--cpu", "2", "--cpu-limit", "32"], "16"),
+        (["--cpu", "7500m"], "0"),
+    ):
+        out = tmp_path / "-".join(flags)
+        assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out), *flags]) == 0
+        env = {item["name"]: item["value"] for item in container(out)["env"]}
+        assert env["CONCH_FRONTENDS"] == frontends, flags
+
+
 def test_gpu_request_and_its_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(tmp_path), "--gpus", "2"]) == 0
     resources = container(tmp_path)["resources"]
@@ -288,3 +303,11 @@ def test_deep_readiness_and_the_pending_requests_autoscaler(tmp_path: Path) -> N
     assert {"name": "models", "hostPath": {"path": "/srv/models", "type": "Directory"}} in volumes
     for name in ("deployment.yaml", "hpa.yaml"):
         strictly_valid(read(tmp_path, name))
+
+
+def test_the_kserve_runtime_sets_frontends_from_its_cpu_too(tmp_path: Path) -> None:
+    for cpu, frontends in (("1", "0"), ("16", "16")):
+        assert main(["deploy", "kserve", "-o", str(tmp_path / cpu), "--cpu", cpu]) == 0
+        runtime = read(tmp_path / cpu, "servingruntime.yaml")
+        env = {item["name"]: item["value"] for item in runtime["spec"]["containers"][0]["env"]}
+        assert env["CONCH_FRONTENDS"] == frontends

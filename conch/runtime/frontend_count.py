@@ -1,0 +1,52 @@
+"""``--frontends auto`` (the default): how many frontend processes the cores allow.
+
+Measured with ``python -m bench.scaling`` on a 16-core machine (``bench/results/2026-12-04-101819-
+scaling.md`` and the runs beside it, ``docs/tuning.md``): at 32 clients, frontends as many as the
+cores served 1.0x to 2.2x what one process served on the same cores, on every model size; on 2
+cores they were slower than one process, and on 4 cores the overhead-bound ``tiny`` gained only
+over gRPC. A lone client pays one more hop either way (about 0.2 ms). So ``auto`` starts one
+frontend per usable core from :data:`AUTO_FROM_CORES` cores, and none below, and at most
+:data:`AUTO_AT_MOST`: the most measured, and each frontend holds about 100 MB of its own.
+
+It starts none where frontends could not help: beside ``--workers`` or ``--grpc-relay`` (which they
+replace), and where every request would be relayed whole to the model process anyway (the gateway,
+inference logs or traces on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from conch.observability import tracing
+from conch.usable_cores import usable_cores
+
+if TYPE_CHECKING:
+    from conch.serving import ServeSettings
+
+#: The fewest usable cores at which ``auto`` starts frontends.
+AUTO_FROM_CORES = 8
+#: The most frontends ``auto`` starts.
+AUTO_AT_MOST = 16
+
+
+def auto_frontends(cores: int) -> int:
+    """Frontends for ``cores`` usable cores: one per core from :data:`AUTO_FROM_CORES`, else none."""
+    return min(cores, AUTO_AT_MOST) if cores >= AUTO_FROM_CORES else 0
+
+
+def frontend_count(
+    settings: ServeSettings, environ: Mapping[str, str], cores: Callable[[], int] = usable_cores
+) -> tuple[int, str]:
+    """The frontends to start and, for the log, why; ``settings.frontends`` None means auto."""
+    if settings.frontends is not None:
+        return settings.frontends, "as --frontends asks"
+    if settings.workers > 1 or settings.grpc_relay:
+        return 0, "auto: --workers or --grpc-relay serve the ports instead"
+    logged = settings.request_log.inferences or settings.request_log.sample_bodies > 0
+    if settings.gateway.on or logged or tracing.enabled(settings.tracing, environ):
+        return 0, "auto: the gateway, inference logs or traces relay every request to one process"
+    usable = cores()
+    if usable < AUTO_FROM_CORES:
+        return 0, f"auto: {usable} usable cores, frontends start from {AUTO_FROM_CORES}"
+    return auto_frontends(usable), f"auto: one per usable core, at most {AUTO_AT_MOST} ({usable} usable)"

@@ -1,0 +1,62 @@
+"""``--frontends auto`` (``conch.runtime.frontend_count``): one frontend per usable core from 8
+cores, none below, and none where frontends would only relay."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from conch.cli.arguments import count_or_auto
+from conch.gateway.gateway import GatewaySettings
+from conch.observability.inference_log import RequestLogSettings
+from conch.runtime.frontend_count import AUTO_AT_MOST, AUTO_FROM_CORES, auto_frontends, frontend_count
+from conch.serving import ServeSettings
+
+
+def auto(**changes: object) -> ServeSettings:
+    return ServeSettings(repository=Path("repo"), frontends=None, **changes)  # type: ignore[arg-type]
+
+
+def test_auto_starts_one_frontend_per_core_from_eight_cores_and_at_most_sixteen() -> None:
+    assert [auto_frontends(n) for n in (1, 2, 4, 7)] == [0, 0, 0, 0]
+    assert [auto_frontends(n) for n in (8, 12, 16, 64)] == [8, 12, 16, 16]
+    assert (AUTO_FROM_CORES, AUTO_AT_MOST) == (8, 16)
+
+
+def test_auto_counts_the_usable_cores_and_says_why() -> None:
+    count, why = frontend_count(auto(), {}, cores=lambda: 32)
+    assert count == 16 and "32 usable" in why
+    count, why = frontend_count(auto(), {}, cores=lambda: 2)
+    assert count == 0 and "2 usable cores" in why
+
+
+def test_a_number_given_is_kept_whatever_the_cores() -> None:
+    assert frontend_count(ServeSettings(repository=Path("r"), frontends=3), {}, cores=lambda: 1)[0] == 3
+    assert frontend_count(ServeSettings(repository=Path("r"), frontends=0), {}, cores=lambda: 64)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "environ"),
+    [
+        ({"workers": 2}, {}),
+        ({"grpc_relay": True}, {}),
+        ({"gateway": GatewaySettings(max_in_flight=10)}, {}),
+        ({"request_log": RequestLogSettings(inferences=True)}, {}),
+        ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}),
+    ],
+)
+def test_auto_starts_none_where_frontends_would_only_relay(
+    changes: dict[str, object], environ: dict[str, str]
+) -> None:
+    count, why = frontend_count(auto(**changes), environ, cores=lambda: 32)
+    assert count == 0 and why.startswith("auto:")
+
+
+def test_the_flag_takes_auto_or_a_whole_number() -> None:
+    assert count_or_auto("auto") is None and count_or_auto("AUTO") is None
+    assert count_or_auto("0") == 0 and count_or_auto("4") == 4
+    for bad in ("-1", "two", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            count_or_auto(bad)
