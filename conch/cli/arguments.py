@@ -32,7 +32,10 @@ def count_or_auto(text: str) -> int | None:
     """A whole number from 0, or ``auto`` (None): let the server choose from the cores it may use."""
     if text.strip().lower() == "auto":
         return None
-    return at_least(0)(text)
+    try:
+        return at_least(0)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
 
 
 def ratio(text: str) -> float:

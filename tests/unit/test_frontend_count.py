@@ -58,5 +58,5 @@ def test_the_flag_takes_auto_or_a_whole_number() -> None:
     assert count_or_auto("auto") is None and count_or_auto("AUTO") is None
     assert count_or_auto("0") == 0 and count_or_auto("4") == 4
     for bad in ("-1", "two", ""):
-        with pytest.raises(argparse.ArgumentTypeError):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"\(or auto\)"):
             count_or_auto(bad)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.backends import onnxruntime as onnxruntime_backend
 from conch.backends.onnxruntime import (
     OnnxRuntimeInstance,
     default_intra_op_threads,
@@ -26,6 +26,7 @@ from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
 from conch.repository.autocomplete import complete_defaults, complete_from_signature
 from conch.repository.config import fields_set_in_text, parse_config
+from conch.usable_cores import usable_cores
 from tests.fixtures.onnx_models import (
     ONNX_TYPES,
     add_sub_model,
@@ -265,7 +266,7 @@ def test_session_option_defaults_share_the_cores_between_instances() -> None:
 
     options = session_options(config)
 
-    assert options.intra_op_num_threads == max(1, (os.cpu_count() or 1) // 2)
+    assert options.intra_op_num_threads == max(1, usable_cores() // 2)
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.enable_cpu_mem_arena and options.enable_mem_pattern
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
@@ -276,7 +277,8 @@ def test_session_option_defaults_share_the_cores_between_instances() -> None:
 def test_default_threads_share_the_cores_among_instances(
     monkeypatch: pytest.MonkeyPatch, cores: int, instances: int, threads: int
 ) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    # The cores this process may use (affinity and cgroup quota), not the machine's: conch.usable_cores.
+    monkeypatch.setattr(onnxruntime_backend, "usable_cores", lambda: cores)
 
     assert default_intra_op_threads(instances) == threads
 
