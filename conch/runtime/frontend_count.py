@@ -4,8 +4,8 @@ Measured with ``python -m bench.scaling`` on a 16-core machine (``bench/results/
 scaling.md`` and the runs beside it, ``docs/tuning.md``): at 32 clients, frontends as many as the
 cores served 1.0x to 2.2x what one process served on the same cores, on every model size; on 2
 cores they were slower than one process, and on 4 cores the overhead-bound ``tiny`` gained only
-over gRPC. A lone client pays one more hop either way (about 0.2 ms). So ``auto`` starts one
-frontend per usable core from :data:`AUTO_FROM_CORES` cores, and none below, and at most
+over gRPC. A lone client pays one more hop either way (0.14 to 0.28 ms on ``tiny``). So ``auto``
+starts one frontend per usable core from :data:`AUTO_FROM_CORES` cores, none below, and at most
 :data:`AUTO_AT_MOST`: the most measured, and each frontend holds about 100 MB of its own.
 
 It starts none where frontends could not help: beside ``--workers`` or ``--grpc-relay`` (which they
