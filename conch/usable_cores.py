@@ -19,8 +19,10 @@ PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 
 
 def usable_cores(cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP) -> int:
-    """The cores in this process's affinity mask, fewer where a cgroup quota allows fewer."""
-    cores = len(os.sched_getaffinity(0))
+    """The cores in this process's affinity mask, fewer where a cgroup quota allows fewer (on a system
+    without affinity masks, such as macOS, the machine's cores)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
     quota = cgroup_cpu_quota(cgroup_root, _own_cgroup(proc_self_cgroup))
     if quota is not None:
         cores = min(cores, max(1, math.floor(quota)))

@@ -9,12 +9,14 @@ starts one frontend per usable core from :data:`AUTO_FROM_CORES` cores, none bel
 :data:`AUTO_AT_MOST`: the most measured, and each frontend holds about 100 MB of its own.
 
 It starts none where frontends could not help: beside ``--workers`` or ``--grpc-relay`` (which they
-replace), and where every request would be relayed whole to the model process anyway (the gateway,
-inference logs or traces on).
+replace), where every request would be relayed whole to the model process anyway (the gateway,
+inference logs or traces on), and off Linux, whose ``SO_REUSEPORT`` alone spreads connections over
+the processes sharing a port.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -36,7 +38,10 @@ def auto_frontends(cores: int) -> int:
 
 
 def frontend_count(
-    settings: ServeSettings, environ: Mapping[str, str], cores: Callable[[], int] = usable_cores
+    settings: ServeSettings,
+    environ: Mapping[str, str],
+    cores: Callable[[], int] = usable_cores,
+    platform: str = sys.platform,
 ) -> tuple[int, str]:
     """The frontends to start and, for the log, why; ``settings.frontends`` None means auto."""
     if settings.frontends is not None:
@@ -46,6 +51,8 @@ def frontend_count(
     logged = settings.request_log.inferences or settings.request_log.sample_bodies > 0
     if settings.gateway.on or logged or tracing.enabled(settings.tracing, environ):
         return 0, "auto: the gateway, inference logs or traces relay every request to one process"
+    if not platform.startswith("linux"):
+        return 0, "auto: SO_REUSEPORT spreads connections over processes on Linux only"
     usable = cores()
     if usable < AUTO_FROM_CORES:
         return 0, f"auto: {usable} usable cores, frontends start from {AUTO_FROM_CORES}"

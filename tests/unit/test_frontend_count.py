@@ -32,6 +32,12 @@ def test_auto_counts_the_usable_cores_and_says_why() -> None:
     assert count == 0 and "2 usable cores" in why
 
 
+def test_auto_starts_none_off_linux() -> None:
+    count, why = frontend_count(auto(), {}, cores=lambda: 32, platform="darwin")
+    assert count == 0 and "Linux only" in why
+    assert frontend_count(auto(), {}, cores=lambda: 32, platform="linux")[0] == 16
+
+
 def test_a_number_given_is_kept_whatever_the_cores() -> None:
     assert frontend_count(ServeSettings(repository=Path("r"), frontends=3), {}, cores=lambda: 1)[0] == 3
     assert frontend_count(ServeSettings(repository=Path("r"), frontends=0), {}, cores=lambda: 64)[0] == 0

@@ -56,3 +56,14 @@ def test_a_process_under_taskset_counts_only_its_cores() -> None:
     code = "from conch.usable_cores import usable_cores; print(usable_cores())"
     done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "1", done.stderr
+
+
+def test_without_affinity_masks_the_machines_cores_count(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # macOS has no sched_getaffinity: the machine's cores, still capped by a quota where one is found.
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 12)
+    assert usable_cores(tmp_path / "none", tmp_path / "none") == 12
+    write(tmp_path / "cg" / "cpu.max", "400000 100000\n")
+    assert usable_cores(tmp_path / "cg", tmp_path / "none") == 4
