@@ -275,6 +275,26 @@ def test_by_default_the_cores_choose_and_workers_still_start(repository: Path, t
         workers.stop()
 
 
+def test_by_default_eight_usable_cores_start_eight_frontends(repository: Path, tmp_path: Path) -> None:
+    """The default on a larger machine, end to end. Only the core count is staged: a
+    ``sitecustomize`` makes the affinity mask say 8 cores; the server, its frontends and the
+    clients are real, and requests from fresh connections are answered through them."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\nos.sched_getaffinity = lambda pid: set(range(8))\n"
+    )
+    server = ServerProcess(repository, [], env={"PYTHONPATH": str(tmp_path)}).start(tmp_path)
+    try:
+        assert "frontend processes: 8 (auto: one per usable core" in server.log()
+        frontends = processes_running(b"conch.runtime.frontend", str(server.http_port).encode())
+        assert len(frontends) == 8
+        x = np.array([[-2, 5]], np.float32)
+        for _ in range(4):  # fresh connections, spread over the frontends by the kernel
+            assert http_relu(server, x, binary=False).tolist() == [[0, 5]]
+            assert grpc_relu(server, x).tolist() == [[0, 5]]
+    finally:
+        server.stop()
+
+
 def test_a_taken_port_is_named(repository: Path) -> None:
     import socket
     import subprocess
