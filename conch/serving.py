@@ -14,7 +14,7 @@ import socket
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -162,7 +162,6 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     count, why = frontend_count(settings, os.environ)
     if settings.frontends is None:
         log.info("frontend processes: %d (%s)", count, why)
-    settings = replace(settings, frontends=count)
     sockets = (
         [] if count else [worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")]
     )

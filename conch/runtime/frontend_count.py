@@ -2,7 +2,7 @@
 
 Measured with ``python -m bench.scaling`` on a 16-core machine (``bench/results/2026-12-04-101819-
 scaling.md`` and the runs beside it, ``docs/tuning.md``): at 32 clients, frontends as many as the
-cores served 1.0x to 2.2x what one process served on the same cores, on every model size; on 2
+cores served 0.99x to 2.2x what one process served on the same cores, on every model size; on 2
 cores they were slower than one process, and on 4 cores the overhead-bound ``tiny`` gained only
 over gRPC. A lone client pays one more hop either way (0.14 to 0.28 ms on ``tiny``). So ``auto``
 starts one frontend per usable core from :data:`AUTO_FROM_CORES` cores, none below, and at most
@@ -54,6 +54,5 @@ def frontend_count(
     if not platform.startswith("linux"):
         return 0, "auto: SO_REUSEPORT spreads connections over processes on Linux only"
     usable = cores()
-    if usable < AUTO_FROM_CORES:
-        return 0, f"auto: {usable} usable cores, frontends start from {AUTO_FROM_CORES}"
-    return auto_frontends(usable), f"auto: one per usable core, at most {AUTO_AT_MOST} ({usable} usable)"
+    rule = f"one per usable core from {AUTO_FROM_CORES}, at most {AUTO_AT_MOST}"
+    return auto_frontends(usable), f"auto: {usable} usable cores; {rule}"

@@ -284,7 +284,7 @@ def test_by_default_eight_usable_cores_start_eight_frontends(repository: Path, t
     )
     server = ServerProcess(repository, [], env={"PYTHONPATH": str(tmp_path)}).start(tmp_path)
     try:
-        assert "frontend processes: 8 (auto: one per usable core" in server.log()
+        assert "frontend processes: 8 (auto: 8 usable cores" in server.log()
         frontends = processes_running(b"conch.runtime.frontend", str(server.http_port).encode())
         assert len(frontends) == 8
         x = np.array([[-2, 5]], np.float32)
