@@ -13,6 +13,13 @@ execution took 92 against 105 us on ``tiny``, 119 against 183 on ``s64`` and 145
 a run is short it runs on the event loop itself (``conch.scheduling.instance_pool``), so the wait is
 taken from every other request, and with more cores the default gives a model more threads to wake.
 
+Timed alone, a second thread pays from ``s256`` at 64 rows (414 against 501 us), but in a loaded
+server it does not: the second thread takes the core the event loop needs. ``s256`` at 32 HTTP JSON
+clients on one thread served 1.16x [1.07-1.28] what it served on two, its executions of ~19 rows
+293 against 362 us and its CPU a request 141 against 170 us (``bench.threads_ab --threads 1``,
+3 rounds, ``bench/results/2026-12-04-152928-threads-ab.md``); over gRPC 1.01x. ``s384`` (2.0 ms for
+64 rows on one thread, 1.3 ms on two) was level under load (0.95x and 0.97x) and keeps two.
+
 So when a model's config leaves ``intra_op_thread_count`` unset, conch times a run on one thread at
 load, at the largest batch the model takes (at most :data:`PROBE_ROWS` rows), and keeps one thread
 when that run takes less than :data:`PARALLEL_PAYS_FROM_NS`. A model whose shapes cannot be filled
@@ -39,9 +46,10 @@ log = logging.getLogger(__name__)
 
 #: Rows of the timed run: the model's largest batch, up to this many.
 PROBE_ROWS = 64
-#: A run on one thread shorter than this keeps one thread: below it the measured runs above were as
-#: fast or faster on one thread at every batch size; above it the second thread paid.
-PARALLEL_PAYS_FROM_NS = 200_000
+#: A run on one thread shorter than this keeps one thread: below it a loaded server did as well or
+#: better on one thread (``s256``, 0.5 ms); from about 2 ms (``s384``) the second thread paid alone
+#: and was level under load, and above it (``mlp``, 10 ms) it paid everywhere.
+PARALLEL_PAYS_FROM_NS = 1_000_000
 #: Model files larger than this keep the default without a timed run: a graph with this many
 #: weights takes longer than the threshold per row, and opening it twice would slow its load.
 PROBE_MAX_FILE_BYTES = 64 << 20
