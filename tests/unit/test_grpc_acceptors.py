@@ -1,6 +1,7 @@
 """``CallAcceptors``: calls of one method accepted several at once, on a real ``grpc.aio`` server and
 client over loopback, behave as the calls ``grpc.aio`` accepts itself (answers, aborts, deadlines,
-shutdown)."""
+codes and trailing metadata, shutdown), also when each is served in one task
+(``conch.frontends.grpc.unary_call``)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ Handler = Callable[[bytes, Any], Awaitable[bytes]]
 
 async def echo(request: bytes, context: Any) -> bytes:
     """Answers after a turn of the loop, so that concurrent calls overlap."""
+    if request == b"tagged":
+        context.set_trailing_metadata((("conch-request-id", "r-42"),))
+    if request == b"coded":
+        context.set_code(grpc.StatusCode.FAILED_PRECONDITION)
+        context.set_details("set without aborting")
     if request == b"refuse":
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "refused on purpose")
     if request == b"slow":
         await asyncio.sleep(1.0)
+    if request == b"brief":
+        await asyncio.sleep(0.3)
     if request == b"crash":
         raise RuntimeError("a bug in the handler")
     await asyncio.sleep(0.001)
@@ -206,3 +214,101 @@ def test_a_grpcio_without_the_internals_accepts_as_grpc_aio_does_and_says_so(
     assert answers == [b"cba"] * 8
     assert (count, accepted) == (0, 0)
     assert "cygrpc._renamed_in_a_later_grpcio" in caplog.text
+
+
+def test_each_accepted_call_runs_in_one_task_without_grpc_aio_watcher_and_handler_tasks() -> None:
+    async def scenario() -> tuple[list[str], list[bytes], int]:
+        async with echo_server(count=4) as (channel, accepting, _):
+            calls = asyncio.gather(*(call(channel)(b"brief") for _ in range(16)))
+            await asyncio.sleep(0.15)  # every call is in its handler now
+            names = [t.get_name() for t in asyncio.all_tasks()]
+            return names, list(await calls), accepting.accepted
+
+    names, answers, accepted = asyncio.run(scenario())
+
+    assert answers == [b"feirb"] * 16
+    ours = names.count(f"call {ECHO}")
+    assert ours == accepted > 0
+    # grpc.aio's own request may take a few calls: those, and only those, run in its two tasks
+    assert names.count(f"HandleExceptions[{ECHO}]") == 16 - accepted
+
+
+def test_trailing_metadata_a_handler_sets_reaches_the_client() -> None:
+    async def scenario() -> tuple[bytes, Any]:
+        async with echo_server(count=4) as (channel, _, _):
+            pending = call(channel)(b"tagged")
+            answer = await pending
+            return answer, await pending.trailing_metadata()
+
+    answer, trailing = asyncio.run(scenario())
+
+    assert answer == b"deggat"
+    assert ("conch-request-id", "r-42") in list(trailing)
+
+
+def test_a_code_set_without_aborting_ends_the_call_with_it() -> None:
+    async def scenario() -> grpc.aio.AioRpcError:
+        async with echo_server(count=4) as (channel, _, _):
+            try:
+                await call(channel)(b"coded")
+            except grpc.aio.AioRpcError as exc:
+                return exc
+            raise AssertionError("a call whose handler set FAILED_PRECONDITION answered OK")
+
+    error = asyncio.run(scenario())
+
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.details() == "set without aborting"
+
+
+def test_a_call_in_flight_when_the_server_stops_is_answered_within_the_grace_period() -> None:
+    async def scenario() -> bytes:
+        async with echo_server(count=4) as (channel, _, server):
+            pending = asyncio.ensure_future(call(channel)(b"brief"))
+            await asyncio.sleep(0.1)
+            await server.stop(grace=2)
+            return await pending
+
+    assert asyncio.run(asyncio.wait_for(scenario(), timeout=10)) == b"feirb"
+
+
+def test_a_call_that_outlives_the_grace_period_fails_and_its_late_answer_is_dropped_safely() -> None:
+    async def scenario() -> BaseException | bytes:
+        async with echo_server(count=4) as (channel, _, server):
+            pending = asyncio.ensure_future(call(channel)(b"slow"))
+            await asyncio.sleep(0.1)
+            await server.stop(grace=0.2)  # the handler still sleeps: its call is cancelled
+            outcome = (await asyncio.gather(pending, return_exceptions=True))[0]
+            await asyncio.sleep(1.0)  # the handler answers after the server stopped
+            return outcome
+
+    outcome = asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+
+    assert isinstance(outcome, grpc.aio.AioRpcError), outcome
+    assert outcome.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_handler_that_is_not_a_coroutine_function_is_served_through_grpc_aio() -> None:
+    def shout(request: bytes, context: Any) -> bytes:
+        return request.upper()
+
+    async def scenario() -> tuple[list[bytes], int]:
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(shout)
+        generic = grpc.method_handlers_generic_handler("test.Echo", {"Echo": handler})
+        server.add_generic_rpc_handlers((generic,))
+        accepting = CallAcceptors(server, ECHO, handler, 4)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        accepting.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                answers = await asyncio.gather(*(call(channel)(b"abc") for _ in range(8)))
+                return list(answers), accepting.accepted
+        finally:
+            await server.stop(grace=1)
+
+    answers, accepted = asyncio.run(scenario())
+
+    assert answers == [b"ABC"] * 8
+    assert accepted > 0

@@ -9,9 +9,11 @@ once. An empty servicer (``python -m bench.grpc_floor``) went from 5,000-5,900 t
 calls/s at 32 perf_analyzer clients, and a lone call did not get slower (see ``docs/tuning.md``).
 
 How: the method is registered with gRPC's core by name (``add_registered_method_handlers``, public
-API), and each of ``count`` tasks keeps one request for its next call pending. An accepted call runs
-exactly as ``grpc.aio`` runs its own, through the same functions of its Cython core (``_handle_rpc``
-inside ``_schedule_rpc_coro``), so deadlines, cancellation, aborts and error statuses behave the same.
+API), and each of ``count`` tasks keeps one request for its next call pending. An accepted call of a
+unary coroutine handler (conch's ModelInfer) runs in one task that sends its answer and takes the
+client's close in one batch (:mod:`conch.frontends.grpc.unary_call`, which says what it leaves out);
+any other call runs exactly as ``grpc.aio`` runs its own, through the same functions of its Cython
+core (``_handle_rpc`` inside ``_schedule_rpc_coro``).
 
 Those functions are ``grpc.aio`` internals. grpcio is pinned in ``pyproject.toml`` and
 :func:`missing_internals` names any that a different grpcio lacks; the server then accepts calls as
@@ -21,18 +23,20 @@ Those functions are ``grpc.aio`` internals. grpcio is pinned in ``pyproject.toml
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Any
 
 import grpc
 from grpc._cython import cygrpc
 
+from conch.frontends.grpc import unary_call
+
 log = logging.getLogger(__name__)
 
 #: What this module uses of ``grpc.aio``'s Cython core (``grpc._cython.cygrpc``).
 _CYGRPC_NAMES = (
     "_handle_rpc",
-    "_handle_unary_unary_rpc",
     "_schedule_rpc_coro",
     "_MethodResolver",
     "_RequestCallError",
@@ -43,7 +47,8 @@ _AIO_SERVER_METHODS = ("_request_registered_call", "is_running")
 
 def missing_internals() -> list[str]:
     """The ``grpc.aio`` internals this module needs that the installed grpcio lacks (none for the pin)."""
-    missing = [f"cygrpc.{name}" for name in _CYGRPC_NAMES if not hasattr(cygrpc, name)]
+    names = (*_CYGRPC_NAMES, *unary_call.CYGRPC_NAMES)
+    missing = [f"cygrpc.{name}" for name in names if not hasattr(cygrpc, name)]
     aio_server = getattr(cygrpc, "AioServer", None)
     missing += [f"AioServer.{name}" for name in _AIO_SERVER_METHODS if not hasattr(aio_server, name)]
     return missing
@@ -71,9 +76,11 @@ class CallAcceptors:
         self._tasks: set[asyncio.Task[None]] = set()
         if count and missing:
             log.warning("this grpcio lacks %s: gRPC calls are accepted one at a time", ", ".join(missing))
-        #: The method's handler when it is unary-unary: its calls skip the lookup (see :meth:`_call`).
+        #: The method's handler when it is a unary-unary coroutine function: each of its calls is one
+        #: task (:func:`~conch.frontends.grpc.unary_call.serve_unary`).
         self._unary: grpc.RpcMethodHandler | None = None
-        if not (handler.request_streaming or handler.response_streaming):
+        unary = not (handler.request_streaming or handler.response_streaming)
+        if unary and inspect.iscoroutinefunction(handler.unary_unary):
             self._unary = handler
         if self.count:  # otherwise the method stays with the server's generic handler, as grpc.aio has it
             grpc_server.add_registered_method_handlers(service, {name: handler})
@@ -90,6 +97,7 @@ class CallAcceptors:
     async def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
         aio_server = self._aio_server
         method = self.method.encode()
+        self._call_name = f"call {self.method}"
         # Checked before each request: once the server stops, the core fails every pending request,
         # and a request made after its C server is destroyed would reach freed memory.
         while aio_server.is_running():
@@ -98,22 +106,12 @@ class CallAcceptors:
             except cygrpc._RequestCallError:
                 continue  # a request the core failed: ask again while the server runs
             self.accepted += 1
-            call = self._call(rpc_state, loop)
-            task = loop.create_task(cygrpc._schedule_rpc_coro(call, rpc_state, loop, self.method))
+            if self._unary is not None:
+                serving = unary_call.serve_unary(aio_server, self._unary, rpc_state, loop)
+                task = loop.create_task(serving, name=self._call_name)
+            else:
+                call = cygrpc._handle_rpc(self.method, self._resolver, (), rpc_state, loop, False)
+                task = loop.create_task(cygrpc._schedule_rpc_coro(call, rpc_state, loop, self.method))
             # The loop keeps only a weak reference to a task; grpc.aio keeps its own calls' tasks too.
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-
-    def _call(self, rpc_state: Any, loop: asyncio.AbstractEventLoop) -> Any:
-        """The coroutine that runs one accepted call, as ``grpc.aio``'s ``_handle_rpc`` would.
-
-        Why not always ``_handle_rpc``: for a call whose handler is known, with no interceptors and
-        no concurrency limit, all it adds before ``_handle_unary_unary_rpc`` is a coroutine that
-        converts the call's metadata to look the handler up by name. Skipping it took the empty
-        servicer of ``bench.grpc_floor`` at 32 clients from 196 to 189 us of server CPU a call
-        (medians of 4 rounds, on a loaded 2-core machine where every figure runs about twice the
-        quiet one).
-        """
-        if self._unary is not None:
-            return cygrpc._handle_unary_unary_rpc(self._unary, rpc_state, loop)
-        return cygrpc._handle_rpc(self.method, self._resolver, (), rpc_state, loop, False)
