@@ -251,7 +251,10 @@ class FrontendLink:
             }
         else:
             try:
-                reply = await handler.unary_unary(handler.request_deserializer(message["payload"]), context)
+                # A handler without a deserializer (ModelInfer) parses the call's bytes itself.
+                parse = handler.request_deserializer
+                request = message["payload"] if parse is None else parse(message["payload"])
+                reply = await handler.unary_unary(request, context)
                 payload = handler.response_serializer(reply)
             except (Aborted, NotImplementedError):  # the generated base class set UNIMPLEMENTED
                 pass

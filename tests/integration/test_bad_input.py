@@ -317,6 +317,23 @@ def test_grpc_bad_request(
     assert_still_serving(server)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [b"\xff\xff\xff\xff", b"\x0a\x80\x80\x80\x80\x10", b"\x32\x05ab"],
+    ids=["invalid-tag", "length-past-the-end", "truncated-input"],
+)
+def test_grpc_bytes_that_are_not_a_model_infer_request_are_refused(
+    server: ServerProcess, repository: Path, payload: bytes
+) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
+        channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(payload, timeout=10)
+
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inference.ModelInferRequest" in caught.value.details()
+    assert_clean_message(caught.value.details(), repository)
+    assert_still_serving(server)
+
+
 def test_failed_models_say_why_without_the_repository_path(server: ServerProcess, repository: Path) -> None:
     status, body = post(server, "/v2/repository/index", b"{}")
     assert status == 200

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -216,6 +217,11 @@ def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProc
     assert unknown.status == 404 and "no-such-model" in unknown.json()["error"]
     short = server.request("POST", "/v2/models/relu/infer", body)
     assert short.status == 400 and "needs 4 elements" in short.json()["error"]
+    # Bytes that are no ModelInferRequest: parsed, and refused, in the model process.
+    with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
+        channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(b"\xff\xff\xff", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inference.ModelInferRequest" in caught.value.details()
     assert server.request("GET", "/v2/health/live").status == 200
 
 

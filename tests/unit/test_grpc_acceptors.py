@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from conch.frontends.grpc import acceptors
+from conch.frontends.grpc import acceptors, unary_call
 from conch.frontends.grpc.acceptors import CallAcceptors
 
 ECHO = "/test.Echo/Echo"
@@ -42,11 +42,14 @@ async def echo(request: bytes, context: Any) -> bytes:
 
 
 @asynccontextmanager
-async def echo_server(count: int) -> AsyncIterator[tuple[grpc.aio.Channel, CallAcceptors, grpc.aio.Server]]:
+async def echo_server(
+    count: int, handler: grpc.RpcMethodHandler | None = None
+) -> AsyncIterator[tuple[grpc.aio.Channel, CallAcceptors, grpc.aio.Server]]:
     """A ``grpc.aio`` server on a free loopback port with ``count`` acceptors for ``ECHO``; ``OTHER``
-    is served by a generic handler only, as conch serves its other methods."""
+    is served by a generic handler only, as conch serves its other methods. Both run ``handler``
+    (default: :func:`echo`)."""
     server = grpc.aio.server()
-    handler = grpc.unary_unary_rpc_method_handler(echo)
+    handler = handler or grpc.unary_unary_rpc_method_handler(echo)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("test.Echo", {"Echo": handler, "Other": handler}),)
     )
@@ -293,22 +296,36 @@ def test_a_handler_that_is_not_a_coroutine_function_is_served_through_grpc_aio()
         return request.upper()
 
     async def scenario() -> tuple[list[bytes], int]:
-        server = grpc.aio.server()
         handler = grpc.unary_unary_rpc_method_handler(shout)
-        generic = grpc.method_handlers_generic_handler("test.Echo", {"Echo": handler})
-        server.add_generic_rpc_handlers((generic,))
-        accepting = CallAcceptors(server, ECHO, handler, 4)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        accepting.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                answers = await asyncio.gather(*(call(channel)(b"abc") for _ in range(8)))
-                return list(answers), accepting.accepted
-        finally:
-            await server.stop(grace=1)
+        async with echo_server(count=4, handler=handler) as (channel, accepting, _):
+            answers = await asyncio.gather(*(call(channel)(b"abc") for _ in range(8)))
+            return list(answers), accepting.accepted
 
     answers, accepted = asyncio.run(scenario())
 
     assert answers == [b"ABC"] * 8
     assert accepted > 0
+
+
+def ascii_only(raw: bytes) -> bytes:
+    """A request deserializer that refuses some bytes, as protobuf's parser refuses a malformed message."""
+    return raw.decode("ascii").encode()
+
+
+def test_a_request_the_deserializer_refuses_ends_invalid_argument_and_others_go_on() -> None:
+    async def scenario() -> tuple[list[grpc.aio.AioRpcError], bytes]:
+        handler = grpc.unary_unary_rpc_method_handler(echo, request_deserializer=ascii_only)
+        async with echo_server(count=4, handler=handler) as (channel, _, _):
+            refused = (call(channel)(b"\xff\xfe") for _ in range(16))
+            outcomes = await asyncio.gather(*refused, return_exceptions=True)
+            return [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)], await call(channel)(b"fine")
+
+    errors, after = asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+
+    assert len(errors) == 16
+    # The calls the acceptors took say what was wrong; any grpc.aio took itself end UNKNOWN, as it ends them.
+    ours = [e for e in errors if e.code() == grpc.StatusCode.INVALID_ARGUMENT]
+    assert ours, [e.code() for e in errors]
+    assert {e.details() for e in ours} == {unary_call.UNPARSABLE}
+    assert all(e.code() == grpc.StatusCode.UNKNOWN for e in errors if e not in ours)
+    assert after == b"enif"

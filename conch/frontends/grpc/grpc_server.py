@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
+from conch.core.errors import ConchError
+from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_gate import SERVICE, stream_gate, wrapped_methods
 from conch.frontends.grpc.grpc_options import (
@@ -23,6 +26,7 @@ from conch.frontends.grpc.grpc_options import (
 )
 from conch.frontends.grpc.request_log import logged_unary
 from conch.frontends.grpc.servicer import InferenceServicer
+from conch.frontends.grpc.status import abort, status_of
 from conch.gateway.gateway import Gateway
 from conch.observability.inference_log import InferenceLog
 from conch.server import InferenceServer
@@ -88,12 +92,32 @@ def served_methods(
     """Every method of ``servicer`` by name, as conch serves it: counted, admitted through
     ``gateway`` and, for ModelInfer, recorded in the servicer's inference log. The model process of
     ``--frontends`` answers relayed calls with these same handlers."""
-    methods = wrapped_methods(_register(servicer).methods, Counter() if codes is None else codes, gateway)
+    codes = Counter() if codes is None else codes
+    methods = wrapped_methods(_register(servicer).methods, codes, gateway)
     journal = getattr(servicer, "inference_log", None)
-    if journal is not None:  # outermost, so that a call the gateway refuses is recorded too
-        infer = methods["ModelInfer"]
-        methods["ModelInfer"] = infer._replace(unary_unary=logged_unary(infer.unary_unary, journal))
+    infer = methods["ModelInfer"]
+    if journal is not None:  # outside the gateway, so that a call the gateway refuses is recorded too
+        infer = infer._replace(unary_unary=logged_unary(infer.unary_unary, journal))
+    # Outermost: ModelInfer takes the call's bytes and parses them itself (infer_codec.parse_request).
+    methods["ModelInfer"] = infer._replace(
+        request_deserializer=None, unary_unary=_parsed(infer.unary_unary, codes)
+    )
     return methods
+
+
+def _parsed(behavior: Any, codes: Counter[str]) -> Any:
+    """ModelInfer's handler on the call's bytes: an unparsable request ends INVALID_ARGUMENT, counted."""
+
+    async def parse_then_answer(raw: bytes, context: Any) -> Any:
+        try:
+            request = infer_codec.parse_request(raw)
+        except ConchError as exc:
+            codes[status_of(exc).name] += 1
+            await abort(context, exc)
+            raise
+        return await behavior(request, context)
+
+    return parse_then_answer
 
 
 class _Registrar:

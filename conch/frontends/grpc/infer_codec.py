@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from conch.core import codecs, datatypes
@@ -32,6 +33,21 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+
+
+def parse_request(raw: bytes) -> pb.ModelInferRequest:
+    """A ModelInfer call's bytes as its message, or a 400 saying they are not one.
+
+    Why here and not in gRPC's own deserialization: a message gRPC fails to parse ends the call
+    UNKNOWN with the parser's exception text, and only a handler can answer INVALID_ARGUMENT.
+    """
+    try:
+        return pb.ModelInferRequest.FromString(raw)
+    except DecodeError:
+        raise InvalidArgumentError(
+            "the request is not a valid inference.ModelInferRequest message; send one serialized with "
+            "protobuf from the service definition, as tritonclient does"
+        ) from None
 
 
 def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None = None) -> InferenceRequest:

@@ -5,8 +5,11 @@ handler) and waits for four completions from gRPC's core: the call, its message,
 and the client's close, each one a wake-up of the event loop through gRPC's poller thread. For a
 unary call the close comes with the answer, so conch asks for both in the batch that sends the
 answer: one task and three completions. At 32 perf_analyzer clients on the ``tiny`` model, 2 cores,
-the server's CPU per call fell to 0.85x and its calls/s rose 1.17x (paired medians of 6 rounds,
-``python -m bench.grpc_cpu_ab``; figures in ``docs/tuning.md``).
+calls/s rose 1.10x and the server's CPU per call fell to 0.90x against the tree before (paired
+medians of 6 rounds, ``python -m bench.grpc_cpu_ab``; figures in ``docs/tuning.md``).
+
+A request that is not a message of the method's type ends INVALID_ARGUMENT with a message saying so
+(``grpc.aio`` ends it UNKNOWN with the parser's exception).
 
 What a handler gets: a ``grpc.aio`` servicer context with ``abort``, ``set_code``, ``set_details``,
 ``set_trailing_metadata``, ``invocation_metadata``, ``peer`` and ``time_remaining``, as conch's
@@ -51,6 +54,14 @@ CYGRPC_NAMES = (
 
 _NO_FLAGS = 0
 _NO_METADATA: tuple[tuple[str, Any], ...] = ()
+_OK = grpc.StatusCode.OK.value[0]
+_INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+#: The answer to a request whose bytes are not a message of the method's type.
+UNPARSABLE = (
+    "the request could not be parsed as this method's protobuf message; send the message type the "
+    "service definition names (for ModelInfer, inference.ModelInferRequest)"
+)
 
 
 async def serve_unary(
@@ -66,10 +77,15 @@ async def serve_unary(
         if raw is None:  # the client went away before its message arrived
             return
         deserializer = handler.request_deserializer
-        request = raw if deserializer is None else deserializer(raw)
+        try:
+            request = raw if deserializer is None else deserializer(raw)
+        except Exception:
+            await _end(aio_server, rpc_state, _INVALID_ARGUMENT, UNPARSABLE, (), loop)
+            return
         context = cygrpc._ServicerContext(rpc_state, None, None, loop)
         try:
             response = await handler.unary_unary(request, context)
+            answer = _answer_ops(response, context, handler)
         except cygrpc.AbortError:  # the handler's abort sent the status
             await _receive_close(aio_server, rpc_state, loop)
             return
@@ -80,7 +96,7 @@ async def serve_unary(
         if not aio_server.is_running():
             await _answer_while_stopping(rpc_state, response, context, handler, loop)
             return
-        await cygrpc.execute_batch(rpc_state, _answer_ops(response, context, handler), loop)
+        await cygrpc.execute_batch(rpc_state, answer, loop)
     except cygrpc.ExecuteBatchError:
         pass  # the client cancelled or its deadline passed: there is no one to answer
 
@@ -88,7 +104,7 @@ async def serve_unary(
 def _answer_ops(response: Any, context: Any, handler: grpc.RpcMethodHandler) -> tuple[Any, ...]:
     """Initial metadata, the answer, the status and the close: one batch, one completion."""
     code = _code_number(context.code())
-    if code == grpc.StatusCode.OK.value[0]:
+    if code == _OK:
         serializer = handler.response_serializer
         payload = response if serializer is None else serializer(response)
     else:  # a handler that set a failing code without aborting: no message, as grpc.aio sends it
@@ -106,10 +122,10 @@ def _answer_ops(response: Any, context: Any, handler: grpc.RpcMethodHandler) -> 
 def _code_number(code: object) -> int:
     """The number of the code a context holds (None: OK, never set)."""
     if code is None:
-        return grpc.StatusCode.OK.value[0]
+        return _OK
     if isinstance(code, grpc.StatusCode):
         return int(code.value[0])
-    return code if isinstance(code, int) else grpc.StatusCode.UNKNOWN.value[0]
+    return code if isinstance(code, int) else _UNKNOWN
 
 
 async def _receive_close(aio_server: Any, rpc_state: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -123,19 +139,25 @@ async def _fail_unknown(
     aio_server: Any, rpc_state: Any, context: Any, exc: Exception, loop: asyncio.AbstractEventLoop
 ) -> None:
     """End the call UNKNOWN with the exception's text, as ``grpc.aio`` ends a handler that raised."""
+    code = _code_number(context.code())
+    trailing = tuple(context.trailing_metadata() or ())
+    details = f"Unexpected {type(exc)}: {exc}"
+    await _end(aio_server, rpc_state, _UNKNOWN if code == _OK else code, details, trailing, loop)
+
+
+async def _end(
+    aio_server: Any,
+    rpc_state: Any,
+    code: int,
+    details: str,
+    trailing: tuple[tuple[str, Any], ...],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """End the call with a failing status and no message, then take the client's close."""
     if not aio_server.is_running():
         return  # the server is stopping: it cancels the calls still open
-    code = _code_number(context.code())
-    if code == grpc.StatusCode.OK.value[0]:
-        code = grpc.StatusCode.UNKNOWN.value[0]
-    await cygrpc._send_error_status_from_server(
-        rpc_state,
-        code,
-        f"Unexpected {type(exc)}: {exc}",
-        tuple(context.trailing_metadata() or ()),
-        cygrpc.SendInitialMetadataOperation(_NO_METADATA, _NO_FLAGS),
-        loop,
-    )
+    initial = cygrpc.SendInitialMetadataOperation(_NO_METADATA, _NO_FLAGS)
+    await cygrpc._send_error_status_from_server(rpc_state, code, details, trailing, initial, loop)
     await _receive_close(aio_server, rpc_state, loop)
 
 
