@@ -70,6 +70,8 @@ class CallAcceptors:
         self._aio_server: Any = getattr(grpc_server, "_server", None)
         missing = missing_internals() + ([] if self._aio_server is not None else ["grpc.aio.Server._server"])
         self.method = method
+        #: The name of each accepted call's task (one string for all of them, built once).
+        self._call_name = f"call {method}"
         self.count = 0 if missing else count
         #: Calls these tasks accepted (``grpc.aio``'s own request takes the others).
         self.accepted = 0
@@ -97,7 +99,6 @@ class CallAcceptors:
     async def _accept(self, loop: asyncio.AbstractEventLoop) -> None:
         aio_server = self._aio_server
         method = self.method.encode()
-        self._call_name = f"call {self.method}"
         # Checked before each request: once the server stops, the core fails every pending request,
         # and a request made after its C server is destroyed would reach freed memory.
         while aio_server.is_running():
