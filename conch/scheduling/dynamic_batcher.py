@@ -4,7 +4,8 @@
 Waiting for the instance *before* forming a batch is what makes batches grow under load: while every
 instance computes, requests accumulate, and the next batch takes them all. With one event loop
 reading requests and sending answers, some of them are still on their way through the frontend when
-the instance frees, so the batcher first gives the loop a few turns (:data:`TURNS_BEFORE_A_BATCH`).
+the instance frees, so the batcher first gives the loop a few turns (:data:`TURNS_BEFORE_A_BATCH`, more
+for a model whose executions are long: :func:`turns_before_a_batch`).
 
 A batch runs in a task of its own, so the batching task can form the next one for another instance.
 For a single instance fast enough to run on the event loop (``InstancePool.always_inline``), the
@@ -46,6 +47,24 @@ log = logging.getLogger(__name__)
 #: about 250 per run. Waiting a fixed time instead (200 or 500 us), or until a turn came back at once,
 #: did no better than 3 turns.
 TURNS_BEFORE_A_BATCH = 40
+#: Turns for a model whose executions average more than :data:`LONG_EXECUTION_NS`. Under such a model
+#: the answers of a batch take longer to come back as requests than 40 turns last, and a request that
+#: misses its batch waits a whole execution for the next. The extra turns cost the model at most a
+#: few hundred microseconds of idle time, a small part of one execution. At 32 HTTP binary clients on
+#: ``huge`` (executions of ~10 ms), 200 turns against 40: 1.18x [1.06-1.23] requests/s, batches of
+#: 27 to 29 rows against 17 to 22; on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny``
+#: (33 us, batches already of 31.5 of 32 requests) 200 turns lost over HTTP (0.93x), so short models
+#: keep 40 (``bench/results/2026-12-04-225500-batch-turns.md``).
+LONG_EXECUTION_TURNS = 200
+#: Executions longer than this on average (the pool's moving average) get :data:`LONG_EXECUTION_TURNS`.
+#: Above the pool's starting estimate (2 ms), so a model starts with the short wait until measured.
+LONG_EXECUTION_NS = 2_000_000
+
+
+def turns_before_a_batch(average_execution_ns: float) -> int:
+    """How many turns of the loop the batcher gives before it forms a batch, by how long the model's
+    executions take: the longer an execution, the more a request that misses its batch pays."""
+    return LONG_EXECUTION_TURNS if average_execution_ns > LONG_EXECUTION_NS else TURNS_BEFORE_A_BATCH
 
 
 class DynamicBatcher:
@@ -102,7 +121,7 @@ class DynamicBatcher:
             instance = await self._pool.acquire()
             try:
                 if self._outstanding > 1:
-                    await _loop_turns(TURNS_BEFORE_A_BATCH)
+                    await _loop_turns(turns_before_a_batch(self._pool.average_execution_ns))
                 batch = await self._next_batch()
             except BaseException:
                 self._pool.release(instance)

@@ -58,6 +58,12 @@ class InstancePool:
         """Every execution runs on the event loop now, alone or not (a single, fast instance)."""
         return self._inline
 
+    @property
+    def average_execution_ns(self) -> float:
+        """Moving average of this pool's executions (compute input, infer and output), in ns; the
+        batcher waits longer for a batch's company when executions are long."""
+        return self._average_ns
+
     async def acquire(self) -> Any:
         """The next idle instance; waits while every instance is busy (or out of service).
 

@@ -397,6 +397,58 @@ def test_requests_on_their_way_when_the_instance_frees_join_the_next_batch() -> 
     run(scenario)
 
 
+class ReportedTime(AddOne):
+    """AddOne held by its gate that reports ``reported_ns`` of compute, as a backend's timing does."""
+
+    def __init__(self, gate: threading.Event, reported_ns: int) -> None:
+        super().__init__(gate)
+        self.reported_ns = reported_ns
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        timing.compute_infer_ns = self.reported_ns
+        return super().run(inputs, output_names, timing)
+
+
+@pytest.mark.parametrize(
+    ("reported_ns", "batch_sizes"),
+    [(5_000_000, [1, 3]), (0, [1, 2, 1])],
+    ids=["long executions wait for it", "short executions do not"],
+)
+def test_a_model_with_long_executions_waits_longer_for_requests_on_their_way(
+    reported_ns: int, batch_sizes: list[int]
+) -> None:
+    """A request 100 turns of the loop away when the instance frees joins the next batch of a model
+    whose executions are long (200 turns), and misses the batch of a short one (40 turns)."""
+
+    async def scenario() -> None:
+        gate = threading.Event()
+        instance = ReportedTime(gate, reported_ns)
+        batcher, _ = make_batcher(instance)
+        first = await hold_first_request(batcher, instance)
+        waiting = [asyncio.create_task(batcher.schedule(scheduled(v))) for v in (1, 2)]
+        await asyncio.sleep(0.01)
+
+        async def on_its_way() -> dict[str, np.ndarray]:
+            for _ in range(100):
+                await asyncio.sleep(0)
+            return await batcher.schedule(scheduled(3))
+
+        late: list[asyncio.Task[dict[str, np.ndarray]]] = []
+        first.add_done_callback(lambda _: late.append(asyncio.create_task(on_its_way())))
+        gate.set()
+        await first
+        await until(lambda: bool(late))
+        results = await asyncio.gather(*waiting, late[0])
+
+        assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [3], [4]]
+        assert instance.batch_sizes == batch_sizes
+        batcher.close()
+
+    run(scenario)
+
+
 class OnePermitPerRun(AddOne):
     """AddOne whose every execution waits for a permit from the test."""
 
