@@ -373,28 +373,36 @@ def test_requests_on_their_way_when_the_instance_frees_join_the_next_batch() -> 
         gate = threading.Event()
         instance = AddOne(gate)
         batcher, _ = make_batcher(instance)
-        first = await hold_first_request(batcher, instance)
-        waiting = [asyncio.create_task(batcher.schedule(scheduled(v))) for v in (1, 2)]
-        await asyncio.sleep(0.01)
-
-        async def on_its_way() -> dict[str, np.ndarray]:
-            for _ in range(5):
-                await asyncio.sleep(0)
-            return await batcher.schedule(scheduled(3))
-
-        late: list[asyncio.Task[dict[str, np.ndarray]]] = []
-        # It sets off only when the first request is answered, after the instance is released.
-        first.add_done_callback(lambda _: late.append(asyncio.create_task(on_its_way())))
-        gate.set()
-        await first
-        await until(lambda: bool(late))
-        results = await asyncio.gather(*waiting, late[0])
+        results = await answers_with_one_on_its_way(batcher, instance, gate, turns_away=5)
 
         assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [3], [4]]
         assert instance.batch_sizes == [1, 3]
         batcher.close()
 
     run(scenario)
+
+
+async def answers_with_one_on_its_way(
+    batcher: DynamicBatcher, instance: AddOne, gate: threading.Event, turns_away: int
+) -> list[dict[str, np.ndarray]]:
+    """Hold a first request on ``instance``, queue two more, then open ``gate``; once the first is
+    answered (after the instance is released), a fourth sets off ``turns_away`` turns of the loop
+    from the queue. The answers of the last three, in order."""
+    first = await hold_first_request(batcher, instance)
+    waiting = [asyncio.create_task(batcher.schedule(scheduled(v))) for v in (1, 2)]
+    await asyncio.sleep(0.01)
+
+    async def on_its_way() -> dict[str, np.ndarray]:
+        for _ in range(turns_away):
+            await asyncio.sleep(0)
+        return await batcher.schedule(scheduled(3))
+
+    late: list[asyncio.Task[dict[str, np.ndarray]]] = []
+    first.add_done_callback(lambda _: late.append(asyncio.create_task(on_its_way())))
+    gate.set()
+    await first
+    await until(lambda: bool(late))
+    return list(await asyncio.gather(*waiting, late[0]))
 
 
 class ReportedTime(AddOne):
@@ -426,21 +434,7 @@ def test_a_model_with_long_executions_waits_longer_for_requests_on_their_way(
         gate = threading.Event()
         instance = ReportedTime(gate, reported_ns)
         batcher, _ = make_batcher(instance)
-        first = await hold_first_request(batcher, instance)
-        waiting = [asyncio.create_task(batcher.schedule(scheduled(v))) for v in (1, 2)]
-        await asyncio.sleep(0.01)
-
-        async def on_its_way() -> dict[str, np.ndarray]:
-            for _ in range(100):
-                await asyncio.sleep(0)
-            return await batcher.schedule(scheduled(3))
-
-        late: list[asyncio.Task[dict[str, np.ndarray]]] = []
-        first.add_done_callback(lambda _: late.append(asyncio.create_task(on_its_way())))
-        gate.set()
-        await first
-        await until(lambda: bool(late))
-        results = await asyncio.gather(*waiting, late[0])
+        results = await answers_with_one_on_its_way(batcher, instance, gate, turns_away=100)
 
         assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [3], [4]]
         assert instance.batch_sizes == batch_sizes
