@@ -47,17 +47,18 @@ log = logging.getLogger(__name__)
 #: about 250 per run. Waiting a fixed time instead (200 or 500 us), or until a turn came back at once,
 #: did no better than 3 turns.
 TURNS_BEFORE_A_BATCH = 40
-#: Turns for a model whose executions average more than :data:`LONG_EXECUTION_NS`. Under such a model
-#: the answers of a batch take longer to come back as requests than 40 turns last, and a request that
-#: misses its batch waits a whole execution for the next. The extra turns cost the model at most a
-#: few hundred microseconds of idle time, a small part of one execution. At 32 HTTP binary clients on
-#: ``huge`` (executions of ~10 ms), 200 turns against 40: 1.18x [1.06-1.23] requests/s, batches of
-#: 27 to 29 rows against 17 to 22; on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny``
-#: (33 us, batches already of 31.5 of 32 requests) 200 turns lost over HTTP (0.93x), so short models
-#: keep 40 (``bench/results/2026-12-04-225500-batch-turns.md``).
+#: Turns for a model whose executions average more than :data:`LONG_EXECUTION_NS`. Under such a model the
+#: answers of a batch take longer to come back as requests than 40 turns last, and a request that misses
+#: its batch waits a whole execution for the next. When the loop has nothing else to do the extra turns
+#: cost their own time, about 0.16 ms for 200 (8% of a 2 ms execution). At 32 HTTP binary clients on
+#: ``huge`` (executions of ~10 ms), 200 turns against 40: 1.18x [1.06-1.23] requests/s, batches of 27 to 29
+#: rows against 17 to 22; on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny`` (33 us, batches
+#: already of 31.5 of 32 requests) 200 turns lost over HTTP (0.93x), so short models keep 40
+#: (``bench/results/2026-12-04-225500-batch-turns.md``).
 LONG_EXECUTION_TURNS = 200
 #: Executions longer than this on average (the pool's moving average) get :data:`LONG_EXECUTION_TURNS`.
-#: Above the pool's starting estimate (2 ms), so a model starts with the short wait until measured.
+#: Equal to the pool's starting estimate (``INLINE_ALONE_BELOW_NS``) and compared strictly, so a model
+#: starts with the short wait and takes the long one once its executions are measured above it.
 LONG_EXECUTION_NS = 2_000_000
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
@@ -177,3 +179,15 @@ def processes_running(*arguments: bytes) -> list[int]:
         if all(argument in command for argument in arguments):
             found.append(int(entry.name))
     return found
+
+
+def requests_counted(server: ServerProcess, protocol: str, code: str) -> float:
+    """``conch_requests_total{protocol=PROTOCOL,code=CODE}`` as the metrics port shows it now."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        page = reply.read().decode()
+    wanted = {"protocol": protocol, "code": code}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == "conch_requests_total" and sample.labels == wanted:
+                return float(sample.value)
+    return 0.0

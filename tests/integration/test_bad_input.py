@@ -26,7 +26,7 @@ from tests.fixtures.onnx_models import (
     identity_model,
     write_repository,
 )
-from tests.integration.server_process import ServerProcess
+from tests.integration.server_process import ServerProcess, requests_counted
 
 IDENTITY_CONFIG = """
 name: "identity"
@@ -325,12 +325,14 @@ def test_grpc_bad_request(
 def test_grpc_bytes_that_are_not_a_model_infer_request_are_refused(
     server: ServerProcess, repository: Path, payload: bytes
 ) -> None:
+    before = requests_counted(server, "grpc", "INVALID_ARGUMENT")
     with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
         channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(payload, timeout=10)
 
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "inference.ModelInferRequest" in caught.value.details()
     assert_clean_message(caught.value.details(), repository)
+    assert requests_counted(server, "grpc", "INVALID_ARGUMENT") == before + 1
     assert_still_serving(server)
 
 

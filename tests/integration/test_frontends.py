@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,14 +25,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from conch.runtime.frontend_count import auto_frontends
 from conch.usable_cores import usable_cores
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
-from tests.integration.server_process import ServerProcess, free_port, processes_running
+from tests.integration.server_process import ServerProcess, free_port, processes_running, requests_counted
 
 FRONTENDS = ("--frontends", "2")
 BODY_LIMIT = 1 << 20
@@ -225,19 +223,8 @@ def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProc
     assert server.request("GET", "/v2/health/live").status == 200
 
 
-def http_answers(server: ServerProcess, code: str) -> float:
-    """``conch_requests_total{protocol="http",code=CODE}`` as the metrics port shows it now."""
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
-        page = reply.read().decode()
-    for family in text_string_to_metric_families(page):
-        for sample in family.samples:
-            if sample.name == "conch_requests_total" and sample.labels == {"protocol": "http", "code": code}:
-                return float(sample.value)
-    return 0.0
-
-
 def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: ServerProcess) -> None:
-    before = http_answers(server, "400")
+    before = requests_counted(server, "http", "400")
     head = f"POST /v2/models/relu/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {BODY_LIMIT + 1}\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
         sock.sendall(head.encode() + b"[")  # the rest never comes: the declared length is refused
@@ -247,7 +234,7 @@ def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: Se
     assert answer.startswith(b"HTTP/1.1 400 ") and b"--http-max-body-bytes" in answer
     # The frontend answered on its own; the model process counts the answer all the same.
     deadline = time.monotonic() + 5
-    while http_answers(server, "400") < before + 1:
+    while requests_counted(server, "http", "400") < before + 1:
         assert time.monotonic() < deadline, "the frontend's refusal was not counted"
         time.sleep(0.05)
     assert http_relu(server, np.ones((1, 4), np.float32), binary=False).tolist() == [[1, 1, 1, 1]]
