@@ -1,5 +1,8 @@
 """``python -m bench.grpc_cpu_ab BASE NEW``: server CPU per gRPC ModelInfer call in two trees, A/B.
 
+``--protocol http_json`` measures HTTP JSON inference requests instead, sent by wrk with the sweep's
+body (one row of ``tiny``), as ``bench.sweep`` sends them.
+
 Why CPU per call rather than calls/s alone: on a shared 2-core machine, calls/s follows whatever else
 runs; the server's utime+stime (``/proc/PID/stat``) over the calls it answered
 (``nv_inference_request_success``) moves much less. Each round starts ``conch serve`` from each tree on
@@ -23,6 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench import loadgen
 from bench.loadgen import PERF_ANALYZER
 from bench.models import MODELS, write_conch_repository
 
@@ -54,7 +58,21 @@ def _perf_analyzer(grpc_port: int, window_ms: int, workdir: Path) -> float:
         return float(next(csv.DictReader(rows))["Inferences/Second"])
 
 
-def measure(tree: Path, repository: Path, first_port: int, workdir: Path) -> tuple[float, float]:
+def _wrk(http_port: int, seconds: float, workdir: Path) -> float:
+    """Requests/s of 32 wrk connections POSTing ``tiny``'s JSON body."""
+    body = workdir / "tiny.json"
+    if not body.exists():
+        body.write_bytes(loadgen.infer_body("tiny"))
+    url = f"http://127.0.0.1:{http_port}/v2/models/tiny/infer"
+    result = loadgen.run_wrk(url, body, 32, seconds, workdir)
+    if not result.ok:
+        raise RuntimeError(f"wrk failed: {result.failure}")
+    return result.throughput
+
+
+def measure(
+    tree: Path, repository: Path, first_port: int, workdir: Path, protocol: str = "grpc"
+) -> tuple[float, float]:
     """(microseconds of server CPU per call, calls/s) of ``conch serve`` run from ``tree``."""
     http, grpc_port, metrics = first_port, first_port + 1, first_port + 2
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
@@ -70,9 +88,15 @@ def measure(tree: Path, repository: Path, first_port: int, workdir: Path) -> tup
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        _perf_analyzer(grpc_port, 1000, workdir)  # warm-up: the batcher and the acceptors settle
+
+        def load(seconds: float) -> float:
+            if protocol == "http_json":
+                return _wrk(http, seconds, workdir)
+            return _perf_analyzer(grpc_port, round(seconds * 1000), workdir)
+
+        load(1.0)  # warm-up: the batcher and the acceptors settle
         cpu, calls = _cpu_s(server.pid), _calls(metrics)
-        throughput = _perf_analyzer(grpc_port, 3000, workdir)
+        throughput = load(3.0 if protocol == "grpc" else 9.0)
         cpu, calls = _cpu_s(server.pid) - cpu, _calls(metrics) - calls
         return cpu / calls * 1e6, throughput
     finally:
@@ -89,6 +113,7 @@ def main() -> None:
     parser.add_argument("base", type=Path, help="the tree to compare against (a git worktree, say)")
     parser.add_argument("new", type=Path)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--protocol", choices=["grpc", "http_json"], default="grpc")
     parser.add_argument("--port", type=int, default=18110, help="first of the six ports used")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "new": args.new.resolve()}
@@ -101,7 +126,7 @@ def main() -> None:
             order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in order:
                 port = args.port if name == "base" else args.port + 3
-                cost, throughput = measure(trees[name], repository, port, workdir)
+                cost, throughput = measure(trees[name], repository, port, workdir, args.protocol)
                 results[name].append((cost, throughput))
                 print(f"round {round_} {name}: {cost:.1f} us CPU/call, {throughput:,.0f} calls/s", flush=True)
     for name, rows in results.items():

@@ -14,6 +14,7 @@ import zlib
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ from conch.core import codecs
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest
 from conch.frontends.http.body import read_body
-from conch.frontends.http.infer_codec import decode_request, header_length, json_depth
+from conch.frontends.http.infer_codec import decode_request, header_length, json_depth, load_json_object
 from tests.unit.fuzzing import FUZZ, JSON, decodes_or_refuses
 
 DATATYPES = ["BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"]
@@ -173,3 +174,26 @@ def test_json_depth_is_the_nesting_depth(document: dict[str, Any]) -> None:
     assert json_depth(document, skip_tensor_data=True) == _depth(document) or isinstance(
         document.get("inputs"), list
     )
+
+
+@FUZZ
+@given(st.dictionaries(st.text(max_size=4), JSON, max_size=4), st.integers(1, 6), st.booleans())
+def test_a_body_is_refused_exactly_when_it_nests_past_the_limit(
+    document: dict[str, Any], limit: int, as_view: bool
+) -> None:
+    """The bracket count that spares most bodies the walk never lets a deep one through, and never
+    refuses a shallow one whose strings hold brackets."""
+    text = orjson.dumps(document)
+    body = memoryview(text) if as_view else text
+    if _depth(document) > limit:
+        with pytest.raises(InvalidArgumentError, match=f"more than {limit} deep"):
+            load_json_object(body, limit)
+    else:
+        assert load_json_object(body, limit) == orjson.loads(text)  # (infinities are written as null)
+
+
+def test_brackets_inside_strings_do_not_count_as_depth() -> None:
+    document = {"id": "[[[[{{{{" * 8, "parameters": {"note": "[" * 40}}
+    assert load_json_object(orjson.dumps(document), 2) == document
+    with pytest.raises(InvalidArgumentError, match="more than 2 deep"):
+        load_json_object(orjson.dumps({"a": {"b": [1]}}), 2)

