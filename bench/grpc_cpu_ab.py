@@ -96,6 +96,7 @@ def measure(
 
         load(1.0)  # warm-up: the batcher and the acceptors settle
         cpu, calls = _cpu_s(server.pid), _calls(metrics)
+        # perf_analyzer measures three 3 s windows; wrk one stretch, as long as those windows together.
         throughput = load(3.0 if protocol == "grpc" else 9.0)
         cpu, calls = _cpu_s(server.pid) - cpu, _calls(metrics) - calls
         return cpu / calls * 1e6, throughput

@@ -33,7 +33,7 @@ from conch.core.errors import UnavailableError
 from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
-from conch.scheduling.instance_pool import InstancePool, ModelInstance
+from conch.scheduling.instance_pool import INLINE_ALONE_BELOW_NS, InstancePool, ModelInstance
 from conch.scheduling.scheduler import Outcome, RequestListInstance, ScheduledRequest
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,16 @@ TURNS_BEFORE_A_BATCH = 40
 #: answers of a batch take longer to come back as requests than 40 turns last, and a request that misses
 #: its batch waits a whole execution for the next. When the loop has nothing else to do the extra turns
 #: cost their own time, about 0.16 ms for 200 (8% of a 2 ms execution). At 32 HTTP binary clients on
-#: ``huge`` (executions of ~10 ms), 200 turns against 40: 1.18x [1.06-1.23] requests/s, batches of 27 to 29
-#: rows against 17 to 22; on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny`` (33 us, batches
+#: ``huge`` (executions of ~10 ms), this rule against 40 turns for every model: 1.05x [1.03-1.17]
+#: requests/s, batches of 25 to 28 rows against 18 to 22 (200 turns for every model, in another run:
+#: 1.18x [1.06-1.23]); on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny`` (33 us, batches
 #: already of 31.5 of 32 requests) 200 turns lost over HTTP (0.93x), so short models keep 40
 #: (``bench/results/2026-12-04-225500-batch-turns.md``).
 LONG_EXECUTION_TURNS = 200
 #: Executions longer than this on average (the pool's moving average) get :data:`LONG_EXECUTION_TURNS`.
-#: Equal to the pool's starting estimate (``INLINE_ALONE_BELOW_NS``) and compared strictly, so a model
-#: starts with the short wait and takes the long one once its executions are measured above it.
-LONG_EXECUTION_NS = 2_000_000
+#: It is the pool's starting estimate, compared strictly, so a model starts with the short wait and
+#: takes the long one once its executions are measured above it.
+LONG_EXECUTION_NS = INLINE_ALONE_BELOW_NS
 
 
 def turns_before_a_batch(average_execution_ns: float) -> int:
