@@ -138,6 +138,16 @@ def test_pipelined_requests_are_answered_in_order(running: Running) -> None:
     assert paths == ["/p1", "/p2", "/p3", "/last"]
 
 
+def test_pipelined_whole_and_streamed_answers_keep_their_order(running: Running) -> None:
+    """A whole answer's bytes wait for the end of the loop's pass (outbox.py), a stream's go at once:
+    the stream that follows on the same connection must still come after them."""
+    requests = b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
+    received = raw(running.port, requests + b"GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    first, stream, last = (received.index(marker) for marker in (b'"/first"', b"one,", b'"/last"'))
+    assert first < stream < last
+    assert b"4\r\ntwo,\r\n5\r\nthree\r\n0\r\n\r\n" in received
+
+
 def test_a_chunked_request_body_is_read_whole(running: Running) -> None:
     body = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
     received = raw(

@@ -48,6 +48,7 @@ class HttpConnection(asyncio.Protocol):
         self.server = server
         self.loop = asyncio.get_running_loop()
         self.limits = server.limits
+        self.outbox = server.outbox
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.client: tuple[str, int] | None = None
@@ -216,11 +217,19 @@ class HttpConnection(asyncio.Protocol):
         self.loop.create_task(exchange.run(self.server.app))
 
     def write(self, data: bytes) -> None:
+        """Writes ``data`` now, after the answers waiting in the outbox (one may be this connection's)."""
         if not self.transport.is_closing():
+            self.outbox.flush()
             self.transport.write(data)
+
+    def write_last(self, data: bytes) -> None:
+        """An answer's last bytes: sent with the other answers of this pass of the loop (see outbox)."""
+        if not self.transport.is_closing():
+            self.outbox.put(self.transport, data)
 
     def close(self) -> None:
         if not self.transport.is_closing():
+            self.outbox.flush()
             self.transport.close()
 
     def body_read(self) -> None:
@@ -314,7 +323,7 @@ class HttpConnection(asyncio.Protocol):
         transport = self.transport
         if transport.is_closing():
             return
-        transport.write(refusal(status, message, self.server.clock.date_header()))
+        self.write(refusal(status, message, self.server.clock.date_header()))
         self.server.refused(self, status)
         if not transport.can_write_eof():
             transport.close()

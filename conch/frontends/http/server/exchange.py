@@ -137,6 +137,8 @@ class Exchange:
             self.complete = not more
             return
         connection = self.connection
+        # An answer's last bytes wait for the end of the loop's pass, sent with the others' (outbox.py).
+        write = connection.write if more else connection.write_last
         if not self.head_sent:
             self.head_sent = True
             head = response_head(
@@ -150,22 +152,22 @@ class Exchange:
             )
             self.keep_alive, self.chunked = head.keep_alive, head.chunked
             if self.head_only:  # the head a GET would have had, and no body at all
-                connection.write(head.data)
+                write(head.data)
             elif not body:
-                connection.write(head.data + (CHUNKED_END if self.chunked and not more else b""))
+                write(head.data + (CHUNKED_END if self.chunked and not more else b""))
             elif self.chunked:
-                connection.write(head.data + chunk(body) + (b"" if more else CHUNKED_END))
+                write(head.data + chunk(body) + (b"" if more else CHUNKED_END))
             elif len(body) <= JOIN_LIMIT:
-                connection.write(head.data + body)
+                write(head.data + body)
             else:
-                connection.write(head.data)
-                connection.write(body)
+                write(head.data)
+                write(body)
         elif not self.head_only:
             data = body
             if self.chunked:
                 data = (chunk(body) if body else b"") + (b"" if more else CHUNKED_END)
             if data:
-                connection.write(data)
+                write(data)
         if not more:
             self.complete = True
             self._wake()

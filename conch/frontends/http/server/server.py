@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server.connection import HttpConnection
 from conch.frontends.http.server.heads import Clock
+from conch.frontends.http.server.outbox import Outbox
 
 if TYPE_CHECKING:
     from conch.frontends.http.server.exchange import Exchange
@@ -35,6 +36,8 @@ class HttpServer:
         self.access_log = access_log
         self.clock = Clock()
         self.connections: set[HttpConnection] = set()
+        #: Set by :meth:`serve`, on the loop it serves on.
+        self.outbox: Outbox = None  # type: ignore[assignment]
         self.stopping = False
         self._stop = asyncio.Event()
         # Every time limit is seconds long; a sweep a quarter of the shortest apart keeps each within
@@ -46,6 +49,7 @@ class HttpServer:
         """Accepts connections on ``sockets`` (bound and listening) until :meth:`shutdown`, then lets
         the answers being written finish, for :data:`STOP_GRACE_SECS` at most."""
         loop = asyncio.get_running_loop()
+        self.outbox = Outbox(loop)
         listeners = [
             await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=_BACKLOG)
             for sock in sockets
