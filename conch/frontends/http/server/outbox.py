@@ -5,8 +5,11 @@ as its task encoded it, one ``send`` between each task's Python work. Handing th
 to back instead cut the server's CPU per request from 56.2 to 52.7 us and raised the requests/s from
 17,786 to 18,943 (1.065x, 8 interleaved rounds; ``python -m bench.grpc_cpu_ab BASE NEW --protocol
 http_json``, ``tiny``, 32 connections, on the 2-core development VM). The socket writes had been 22%
-of the event loop (py-spy); together they took 8%. On loopback, each ``send`` also runs the receiving
-side's TCP path and wakes the client; sent in a row, the client is still awake for all but the first.
+of the event loop (py-spy); together they took 9.7%. On loopback, each ``send`` also runs the
+receiving side's TCP path and wakes the client; sent in a row, the client is still awake for all but
+the first. The frontend processes' link holds its messages for the end of the pass the same way
+(``conch/runtime/coalescing.py``); there one socket takes them all in one write, here each answer
+has its own socket.
 
 Only an answer's last bytes wait here. A streamed answer's earlier chunks are written at once (after
 whatever waits here, so that a connection's bytes keep their order), and so feel the transport's
