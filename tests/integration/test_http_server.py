@@ -140,12 +140,40 @@ def test_pipelined_requests_are_answered_in_order(running: Running) -> None:
 
 def test_pipelined_whole_and_streamed_answers_keep_their_order(running: Running) -> None:
     """A whole answer's bytes wait for the end of the loop's pass (outbox.py), a stream's go at once:
-    the stream that follows on the same connection must still come after them."""
+    end to end, the stream still comes between the answers before and after it. (The next answer
+    starts only after the pass's flush, so this holds even without ``write``'s own flush; the test
+    below pins that one.)"""
     requests = b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
     received = raw(running.port, requests + b"GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     first, stream, last = (received.index(marker) for marker in (b'"/first"', b"one,", b'"/last"'))
     assert first < stream < last
     assert b"4\r\ntwo,\r\n5\r\nthree\r\n0\r\n\r\n" in received
+
+
+def test_a_write_made_at_once_follows_the_answer_waiting_in_the_outbox() -> None:
+    """A refusal (written at once) in the same pass as an answer's last bytes (waiting in the outbox),
+    as when a pipelined request's bad bytes arrive before the pass that answered the one before ends:
+    the client must get the answer first."""
+    each = start()
+    try:
+        with socket.create_connection(("127.0.0.1", each.port), timeout=5) as conn:
+            deadline = time.monotonic() + 5
+            while not each.server.connections and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+            def answer_then_refuse() -> None:
+                (connection,) = each.server.connections
+                connection.write_last(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                connection.refuse(400, "the next request is not valid")
+
+            each.loop.call_soon_threadsafe(answer_then_refuse)
+            received = b""
+            while chunk := conn.recv(65536):
+                received += chunk
+    finally:
+        each.stop()
+    assert received.startswith(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    assert b"HTTP/1.1 400 Bad Request" in received
 
 
 def test_a_chunked_request_body_is_read_whole(running: Running) -> None:

@@ -13,7 +13,9 @@ has its own socket.
 
 Only an answer's last bytes wait here. A streamed answer's earlier chunks are written at once (after
 whatever waits here, so that a connection's bytes keep their order), and so feel the transport's
-flow control as before. What waits is at most one pass of the loop: a few microseconds.
+flow control as before. The flush runs with the next pass's callbacks, after that pass has read the
+requests that arrived: a few microseconds for a lone client (its p50 did not rise), the reading of up
+to a batch's requests under load, where the loop's higher rate more than paid for it (the A/B above).
 """
 
 from __future__ import annotations
@@ -40,5 +42,7 @@ class Outbox:
             return
         waiting, self._waiting = self._waiting, []
         for transport, data in waiting:
-            if not transport.is_closing():  # closed meanwhile (the client left, the server aborted it)
+            # Closed meanwhile (the client left, the server aborted it): uvloop would raise, and the
+            # answers after it in the list would be lost.
+            if not transport.is_closing():
                 transport.write(data)
