@@ -12,18 +12,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+#: Ports handed out lately: the kernel may give the same free port to two calls in a row, and a
+#: server whose HTTP and gRPC ports are equal binds both (SO_REUSEPORT with --frontends or --workers)
+#: and splits the connections between them: a gRPC client then meets the HTTP server (seen once in CI).
+_HANDED_OUT: deque[int] = deque(maxlen=256)
+
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on right now, and none of the last ones this process handed out."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 class PortTaken(RuntimeError):
