@@ -104,7 +104,8 @@ def _step(status: dict[str, Any]) -> str:
     steps = status["spec"]["steps"]
     number = status["step"]
     if number is None:
-        return f"none of {len(steps)} yet (waiting for version {status['candidate']} to be READY)"
+        versions = f"versions {status['baseline']} and {status['candidate']}"
+        return f"none of {len(steps)} yet (waiting for {versions} to be READY)"
     step = steps[number - 1]
     if step.get("pause"):
         what = "a pause step" + (", waiting for promote" if status["state"] == "paused" else "")

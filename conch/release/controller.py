@@ -208,6 +208,13 @@ class ReleaseController:
         self.check_model(model)
         return release
 
+    def versions_loaded(self, model: str) -> None:
+        """A load the release asked for is over: a pending release starts now if both versions are
+        READY, rather than at the next periodic check (up to a second later)."""
+        held = self.releases.get(model)
+        if held is not None and held.release.state is ReleaseState.PENDING:
+            self._start_when_ready(model, held, self.clock())
+
     def act(self, model: str, action: str, reason: str | None = None) -> Release:
         """``promote``, ``rollback``, ``pause`` or ``resume``, by hand unless ``reason`` says why."""
         held = self._held(model)
@@ -334,18 +341,25 @@ class ReleaseController:
         return judge(figures, limits)
 
     def _start_when_ready(self, model: str, held: ModelRelease, now: float) -> None:
+        """``pending`` -> the first step once both versions are READY.
+
+        The baseline may be loading just for the release (the version policy had unloaded it): had
+        the split started on the candidate alone, keys meant for the baseline would land on the
+        candidate until it loaded, and a route key would change version within a step.
+        """
         served = self.repository.models.get(model)
-        candidate = served.versions.get(held.release.spec.candidate) if served else None
-        if candidate is None:
-            return
-        if candidate.ready:
-            self._changed(model, held.release.candidate_ready(now))
-        elif candidate.reason:
-            self._changed(
-                model,
-                held.release.fail(now, f"version {candidate.version} failed to load: {candidate.reason}"),
-            )
+        release = held.release
+        needed = [
+            served.versions.get(number) if served else None
+            for number in (release.baseline, release.spec.candidate)
+        ]
+        failed = [v for v in needed if v is not None and not v.ready and v.reason]
+        if failed:
+            reason = f"version {failed[0].version} failed to load: {failed[0].reason}"
+            self._changed(model, release.fail(now, reason))
             self._pinned_changed(model)
+        elif all(version is not None and version.ready for version in needed):
+            self._changed(model, release.versions_ready(now))
 
     # -- plumbing -----------------------------------------------------------------------------------
 

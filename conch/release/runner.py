@@ -29,8 +29,12 @@ def release_controller(
     control.after_scan = lambda: reconcile_files(releases)
     refreshing: set[asyncio.Task[None]] = set()
 
+    async def refresh(name: str) -> None:
+        await control.refresh(name)
+        releases.versions_loaded(name)
+
     def reload(name: str) -> None:
-        task = asyncio.get_running_loop().create_task(control.refresh(name))
+        task = asyncio.get_running_loop().create_task(refresh(name))
         refreshing.add(task)
         task.add_done_callback(refreshing.discard)
 

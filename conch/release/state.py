@@ -4,13 +4,14 @@ The rules only. There is no clock, no timer, no logging and no I/O: every method
 seconds of the wall clock (``time.time()`` in the driver), because the events are shown to people and
 kept across restarts, which a monotonic clock's readings are not. Each change appends a
 :class:`ReleaseEvent` to :attr:`Release.history` and returns it, for the driver to log, count and save.
-The driver decides when to call what: :meth:`Release.candidate_ready` once the candidate is READY,
+The driver decides when to call what: :meth:`Release.versions_ready` once both versions are READY,
 :meth:`Release.on_gate_failure` when the gate's failed checks reach ``failure_threshold``, and
 :meth:`Release.advance_if_due` on each check the gate passes.
 
 The states:
 
-- ``pending``: declared, the candidate is not READY yet; the baseline serves everything.
+- ``pending``: declared, the candidate (or a baseline loaded for the release) is not READY yet; the
+  version serving unversioned traffic before goes on serving it.
 - ``progressing``: at a step, with its weight; the step ends when its duration is over.
 - ``paused``: traffic stays as it was at the step, unjudged. A pause step waits for ``promote``; a pause
   by hand or by ``on_failure: pause`` waits for ``resume`` (the step again, its clock started afresh,
@@ -120,7 +121,7 @@ class Release:
                 "candidate; set 'baseline' to the version the release moves traffic from"
             )
         release = cls(spec, baseline, ReleaseState.PENDING, None, None, [])
-        release._record(now, "created", f"waiting for version {spec.candidate} to be READY")
+        release._record(now, "created", f"waiting for versions {baseline} and {spec.candidate} to be READY")
         return release
 
     @property
@@ -149,11 +150,12 @@ class Release:
         """Seconds the current step has run, 0 before the first."""
         return 0.0 if self.step_started_at is None else max(0.0, now - self.step_started_at)
 
-    def candidate_ready(self, now: float) -> ReleaseEvent:
-        """The candidate is READY: ``pending`` -> the first step."""
+    def versions_ready(self, now: float) -> ReleaseEvent:
+        """The baseline and the candidate are READY: ``pending`` -> the first step."""
         if self.state is not ReleaseState.PENDING:
-            raise self._refuse("candidate_ready", "only a pending release waits for its candidate")
-        return self._enter(1, now, "started", f"version {self.spec.candidate} is READY")
+            raise self._refuse("versions_ready", "only a pending release waits for its versions")
+        ready = f"versions {self.baseline} and {self.spec.candidate} are READY"
+        return self._enter(1, now, "started", ready)
 
     def advance_if_due(self, now: float) -> ReleaseEvent | None:
         """The next step (or ``promoted``) when the current step's duration is over; else ``None``."""

@@ -93,8 +93,11 @@ def test_a_release_walked_from_start_to_rollback(server: ServerProcess, url: str
     (tmp_path / "release.yaml").write_text(RELEASE)
 
     started = conch("start", "walked", str(tmp_path / "release.yaml"), url=url)
-    infer(server, "walked", 60)  # both versions past min_requests: 5; canary answers are compared
     deadline = time.monotonic() + 20
+    while status_json(url, "walked")["state"] == "pending":  # until version 1, the baseline, loads
+        assert time.monotonic() < deadline, "the release never started"
+        time.sleep(0.1)
+    infer(server, "walked", 60)  # both versions past min_requests: 5; canary answers are compared
     while not status_json(url, "walked")["gate"]["ready"]:
         assert time.monotonic() < deadline, "the gate never judged the step"
         time.sleep(0.3)
@@ -105,7 +108,9 @@ def test_a_release_walked_from_start_to_rollback(server: ServerProcess, url: str
     after = status_json(url, "walked")
 
     assert started.returncode == 0, started.stderr
-    assert "state     progressing" in started.stdout
+    # The version policy had left version 1 unloaded: the split waits for it to load.
+    assert "state     pending" in started.stdout, started.stdout
+    assert "waiting for versions 1 and 2 to be READY" in started.stdout
     assert table.returncode == 0, table.stderr
     lines = [line.rstrip() for line in table.stdout.splitlines()]
     assert lines[0] == "Release of walked: version 1 to version 2"

@@ -25,6 +25,12 @@ from tests.integration.metrics_scrape import scrape
 from tests.integration.server_process import ServerProcess
 
 CONFIG = 'name: "scored"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
+#: Each version runs its warm-up sample 50,000 times as it loads (about a second): a baseline the
+#: release has to load stays unready long after the candidate is.
+SLOW_LOADING = CONFIG + (
+    'model_warmup [{ name: "slow" batch_size: 1 count: 50000\n'
+    '  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [4] zero_data: true } } }]\n'
+)
 PROMOTING = """
 candidate: 2
 baseline: 1
@@ -38,8 +44,10 @@ gate:
 """
 
 
-def repository(root: Path, versions: dict[int, float], release: str | None = None) -> Path:
-    write_repository(root, {"scored": (scale_model(versions[1]), CONFIG)})
+def repository(
+    root: Path, versions: dict[int, float], release: str | None = None, config: str = CONFIG
+) -> Path:
+    write_repository(root, {"scored": (scale_model(versions[1]), config)})
     for number, factor in versions.items():
         if number != 1:
             (root / "scored" / str(number)).mkdir()
@@ -141,11 +149,15 @@ def test_a_candidate_that_disagrees_is_rolled_back_by_the_gate(
 def test_a_route_key_always_lands_on_the_same_version(
     start_server: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
-    root = repository(tmp_path / "models", {1: 1.0, 2: 2.0})
+    # The version policy leaves only version 2 loaded; the release loads version 1, its baseline,
+    # slowly. Keys must not land on the candidate meanwhile: the split starts once both are READY.
+    root = repository(tmp_path / "models", {1: 1.0, 2: 2.0}, config=SLOW_LOADING)
     server = start_server(root, "--state-dir", str(tmp_path / "state"))
     spec = {"candidate": 2, "steps": [{"weight": 50, "duration": "1h"}, {"weight": 100}]}
     assert server.request("POST", "/v2/models/scored/release", json.dumps(spec).encode()).status == 200
+    assert status(server)["state"] == "pending", "version 1 is still warming up"
     wait_for(server, "progressing", traffic=False)
+    assert server.request("GET", "/v2/models/scored/versions/1/ready").status == 200
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     request = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
     request.set_data_from_numpy(np.ones((1, 4), np.float32))

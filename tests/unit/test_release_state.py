@@ -35,7 +35,7 @@ def release(text: str = ISSUE_STEPS, **create: int) -> Release:
 
 def started(text: str = ISSUE_STEPS) -> Release:
     ongoing = release(text)
-    ongoing.candidate_ready(T0)
+    ongoing.versions_ready(T0)
     return ongoing
 
 
@@ -48,7 +48,7 @@ def test_a_release_walks_its_steps_waits_at_the_pause_step_and_is_promoted() -> 
         False,
     )
 
-    event = ongoing.candidate_ready(T0 + 5)
+    event = ongoing.versions_ready(T0 + 5)
     assert (event.event, event.state, event.step, event.at) == ("started", PROGRESSING, 1, T0 + 5)
     assert (ongoing.weights(), ongoing.shadow, ongoing.step_started_at) == ({1: 95, 2: 5}, False, T0 + 5)
 
@@ -87,14 +87,14 @@ def test_a_release_walks_its_steps_waits_at_the_pause_step_and_is_promoted() -> 
         ("promoted", PROMOTED, 4),
     ]
     assert [e.at for e in ongoing.history] == [T0, T0 + 5, T0 + 605, T0 + 2405, T0 + 3000, T0 + 3000]
-    assert ongoing.history[1].reason == "version 2 is READY; step 1 of 4: weight 5 for 10m"
+    assert ongoing.history[1].reason == "versions 1 and 2 are READY; step 1 of 4: weight 5 for 10m"
     assert ongoing.history[2].reason == "step 1 done after 10m; step 2 of 4: weight 50, shadow for 30m"
     assert ongoing.history[5].reason == "step 4 done; version 2 serves 100%"
 
 
 def test_each_transition_is_returned_and_appended_to_the_history() -> None:
     ongoing = release()
-    returned = [ongoing.candidate_ready(T0), ongoing.pause(T0 + 1), ongoing.resume(T0 + 2)]
+    returned = [ongoing.versions_ready(T0), ongoing.pause(T0 + 1), ongoing.resume(T0 + 2)]
     assert ongoing.history[1:] == returned
     assert all(isinstance(event, ReleaseEvent) for event in returned)
     assert returned[1].to_json() == {
@@ -187,7 +187,7 @@ def test_rollback_and_fail_send_the_candidate_to_zero() -> None:
         ("pause_step", "resume", "step 3 is a pause step: it waits for 'promote'"),
         ("paused", "pause", "is paused at step 1; only a progressing release can be paused"),
         ("pending", "pause", "cannot pause: the release of version 2 is pending"),
-        ("progressing", "candidate_ready", "only a pending release waits for its candidate"),
+        ("progressing", "versions_ready", "only a pending release waits for its versions"),
         ("promoted", "rollback", "is promoted at step 4; nothing to roll back"),
         ("rolled_back", "fail", "is rolled_back at step 1; it has already ended"),
         ("paused", "on_gate_failure", "the gate judges only a progressing release"),
@@ -197,7 +197,7 @@ def test_rollback_and_fail_send_the_candidate_to_zero() -> None:
 def test_invalid_actions_are_refused_and_change_nothing(setup: str, action: str, words: str) -> None:
     ongoing = release()
     if setup != "pending":
-        ongoing.candidate_ready(T0)
+        ongoing.versions_ready(T0)
     if setup == "paused":
         ongoing.pause(T0)
     elif setup == "pause_step":
@@ -215,7 +215,7 @@ def test_invalid_actions_are_refused_and_change_nothing(setup: str, action: str,
         "pause": lambda: ongoing.pause(T0 + 1),
         "rollback": lambda: ongoing.rollback(T0 + 1),
         "fail": lambda: ongoing.fail(T0 + 1, "x"),
-        "candidate_ready": lambda: ongoing.candidate_ready(T0 + 1),
+        "versions_ready": lambda: ongoing.versions_ready(T0 + 1),
         "on_gate_failure": lambda: ongoing.on_gate_failure(T0 + 1, "x"),
     }
     with pytest.raises(InvalidArgumentError) as caught:
