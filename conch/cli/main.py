@@ -34,6 +34,7 @@ from conch.cli.serve_flags import (
     backend_flags,
     breaker_defaults,
     model_control_flags,
+    port_clash,
     resilience_flags,
     setting,
 )
@@ -227,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve":
         exit_code: int = args.run(args)
         return exit_code
+    clash = port_clash(args)
+    if clash is not None:
+        print(f"conch: {clash}", file=sys.stderr)
+        return 2
     configure_logging(logging.DEBUG if args.log_verbose > 0 else args.log_level, args.log_format, sys.stderr)
     # Before anything imports grpc: gRPC's core reads its experiments once, at import.
     from conch.frontends.grpc.grpc_options import prefer_iomgr_listener

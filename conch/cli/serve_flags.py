@@ -28,6 +28,27 @@ def setting(
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
 
+def port_clash(args: argparse.Namespace) -> str | None:
+    """Why the HTTP, gRPC and metrics ports cannot all listen, or None when they can.
+
+    Two of them on one port would not always fail to bind: frontend and worker processes listen with
+    ``SO_REUSEPORT``, so both servers would bind it and the kernel would hand each new client to one
+    of them at random, a gRPC client now and then meeting the HTTP server. Port 0 (any free port) may
+    repeat: each listener gets its own.
+    """
+    ports = {
+        "--http-port": args.http_port,
+        "--grpc-port": args.grpc_port,
+        "--metrics-port": args.metrics_port,
+    }
+    named = [(flag, port) for flag, port in ports.items() if port != 0]
+    for index, (flag, port) in enumerate(named):
+        for other, other_port in named[index + 1 :]:
+            if port == other_port:
+                return f"{flag} and {other} are both {port}; give each its own port"
+    return None
+
+
 #: Triton's --model-control-mode values (conch.lifecycle.model_control.ControlMode).
 CONTROL_MODES = ("none", "poll", "explicit")
 

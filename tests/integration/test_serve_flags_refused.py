@@ -28,6 +28,11 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
         (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
         (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
         (["--workers", "2", "--grpc-relay", "true"], "--grpc-relay serves one process"),
+        (["--grpc-port", "8000"], "conch: --http-port and --grpc-port are both 8000; give each its own port"),
+        (
+            ["--http-port", "9100", "--metrics-port", "9100", "--frontends", "2"],
+            "conch: --http-port and --metrics-port are both 9100",
+        ),
         (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0, got -1"),
         (["--server-name", " "], "argument --server-name: expected a name of printable characters, got ' '"),
         (
@@ -42,6 +47,14 @@ def test_an_impossible_flag_is_refused(flags: list[str], message: str) -> None:
 
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_ports_of_zero_may_repeat_as_each_listener_gets_its_own() -> None:
+    # Refused for another reason (the folder is not there), after the ports passed.
+    done = serve(["/no/such/folder", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"])
+
+    assert done.returncode == 2
+    assert "is not a folder" in done.stderr and "port" not in done.stderr
 
 
 def test_an_impossible_environment_value_is_refused_as_its_flag_would_be() -> None:
