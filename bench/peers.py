@@ -84,8 +84,9 @@ def triton_server(workdir: Path, models: Sequence[str]) -> ServerProcess:
     return serve_triton(write_triton_repository(workdir / "triton-repo", models), workdir)
 
 
-def serve_triton(repository: Path, workdir: Path) -> ServerProcess:
-    """``triton-server --model-repository=REPOSITORY`` on free loopback ports (python backend only)."""
+def serve_triton(repository: Path, workdir: Path, extra: Sequence[str] = ()) -> ServerProcess:
+    """``triton-server --model-repository=REPOSITORY`` on free loopback ports (python backend only);
+    ``extra`` adds flags."""
     if not TRITON_SERVER.exists():
         raise PeerUnavailable(f"not installable: {TRITON_SERVER} is missing")
     # The first call builds Triton's venv (minutes): done here so the readiness wait stays short.
@@ -94,7 +95,7 @@ def serve_triton(repository: Path, workdir: Path) -> ServerProcess:
         raise PeerUnavailable(f"not installable: triton-server --help: {_last_line(done.stderr)}")
     ports = Ports()
     command = [str(TRITON_SERVER), f"--model-repository={repository}", f"--http-port={ports.http}"]
-    command += [f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
+    command += [f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}", *extra]
     return ServerProcess("triton", command, ports, workdir / "triton.log", ready_timeout_s=300)
 
 
