@@ -1,4 +1,7 @@
-"""OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1, row by row (strings hold integers)."""
+"""OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1, row by row (strings hold integers).
+
+simple_int8 and simple_string link to this file: one model.py, three types.
+"""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
