@@ -55,6 +55,14 @@ def live(
 
 
 @pytest.fixture(scope="module")
+def behind_frontends(
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> ServerProcess:
+    """Two frontend processes decode the inferences and relay the rest: the same answers are due."""
+    return start_server(models(tmp_path_factory.mktemp("frontends")), "--frontends", "2")
+
+
+@pytest.fixture(scope="module")
 def throwaway(
     start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
@@ -103,6 +111,14 @@ bounded = settings(
 @bounded
 def test_non_destructive_routes_conform(case: schemathesis.Case, live: ServerProcess) -> None:
     case.call_and_validate(base_url=f"http://{live.http_url}", checks=CHECKS)
+
+
+@live_api.parametrize()
+@bounded
+def test_non_destructive_routes_conform_behind_frontend_processes(
+    case: schemathesis.Case, behind_frontends: ServerProcess
+) -> None:
+    case.call_and_validate(base_url=f"http://{behind_frontends.http_url}", checks=CHECKS)
 
 
 @throwaway_api.parametrize()
