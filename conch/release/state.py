@@ -201,7 +201,8 @@ class Release:
         return self._record(now, "resumed", reason)
 
     def fail(self, now: float, reason: str) -> ReleaseEvent:
-        """The release cannot run (the candidate failed to load): the baseline serves everything."""
+        """The release cannot run (the candidate, or a baseline it had to load, failed to load): the
+        baseline's weight goes back to 100; while it is not READY, the router answers from the other."""
         if not self.state.active:
             raise self._refuse("fail", "it has already ended")
         self.state = ReleaseState.FAILED

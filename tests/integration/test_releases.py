@@ -174,6 +174,21 @@ def test_a_route_key_always_lands_on_the_same_version(
     assert infer(server, "user-0", version="1")[0] == "1", "a named version is outside the split"
 
 
+def test_a_baseline_that_fails_to_load_fails_the_release_and_the_candidate_serves(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    root = repository(tmp_path / "models", {1: 1.0, 2: 2.0})
+    (root / "scored" / "1" / "model.onnx").write_bytes(b"not an onnx file")  # only 2 loads at start
+    server = start_server(root, "--state-dir", str(tmp_path / "state"))
+    spec = {"candidate": 2, "baseline": 1, "steps": [{"weight": 50, "duration": "1h"}, {"weight": 100}]}
+    assert server.request("POST", "/v2/models/scored/release", json.dumps(spec).encode()).status == 200
+
+    failed = wait_for(server, "failed", traffic=False)
+
+    assert failed["history"][-1]["reason"].startswith("version 1 failed to load: ")
+    assert {infer(server, f"user-{i}")[0] for i in range(10)} == {"2"}, "the candidate answers instead"
+
+
 def test_a_restart_resumes_the_release_where_it_was(
     start_server: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
