@@ -27,11 +27,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.loadgen import PERF_ANALYZER
 from bench.peers import PeerUnavailable, serve_conch, serve_triton
 from bench.run import RESULTS, describe_machine, write_report
 from bench.servers import ServerProcess
@@ -56,6 +58,10 @@ class Example:
 
 
 IMAGE = ("-m", "densenet_onnx", "-c", "3", "-s", "INCEPTION")
+#: Not a script in the examples folder: ``perf_analyzer`` itself (bench/loadgen.py finds the binary).
+PERF_ANALYZER_NAME = "perf_analyzer"
+#: repeat_int32's DELAY is in microseconds: random data would sleep for hours.
+REPEAT_ZEROS = ("--shape", "IN:4", "--shape", "DELAY:4", "--input-data", "zero")
 EXAMPLES = (
     Example("simple_http_infer_client.py", ("-u", "{http}")),
     Example("simple_http_async_infer_client.py", ("-u", "{http}")),
@@ -103,6 +109,20 @@ EXAMPLES = (
         (*IMAGE, "-i", "http", "-u", "{http}", "{image}"),
         "over HTTP it imports attrdict, which does not import on Python 3.10 and later",
     ),
+    # NVIDIA's load generator in the modes these models exercise, 2 clients: whether it measures at
+    # all (any 3 windows in a row are taken as stable; bench.stability measures stability).
+    *(
+        Example(PERF_ANALYZER_NAME, (*mode, "--concurrency-range", "2", "-p", "1000", "-s", "100", "-r", "3"))
+        for mode in (
+            ("-m", "simple", "-i", "http", "-u", "{http}"),
+            ("-m", "simple", "-i", "grpc", "-u", "{grpc}", "-b", "4"),
+            ("-m", "simple", "-i", "grpc", "-u", "{grpc}", "--shared-memory", "system"),
+            ("-m", "simple_string", "-i", "http", "-u", "{http}", "--string-data", "7"),
+            ("-m", "simple_sequence", "-i", "grpc", "-u", "{grpc}", "--streaming"),
+            ("-m", "simple_sequence", "-i", "http", "-u", "{http}"),
+            ("-m", "repeat_int32", "-i", "grpc", "-u", "{grpc}", "--streaming", *REPEAT_ZEROS),
+        )
+    ),
 )
 
 
@@ -133,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not servers:
         print(f"bench.triton_examples: --servers takes {', '.join(SERVERS)}", file=sys.stderr)
         return 2
-    missing = sorted({e.script for e in EXAMPLES if not (args.examples / e.script).is_file()})
+    scripts = {e.script for e in EXAMPLES if e.script != PERF_ANALYZER_NAME}
+    missing = sorted(script for script in scripts if not (args.examples / script).is_file())
     if missing:
         print(f"bench.triton_examples: {args.examples} lacks {', '.join(missing)}", file=sys.stderr)
         return 2
@@ -181,7 +202,15 @@ def run_on(server: ServerProcess, example: Example, folder: Path, image: Path) -
 
 def run(example: Example, folder: Path, server: ServerProcess, image: Path) -> Outcome:
     values = {"http": server.ports.http_address, "grpc": server.ports.grpc_address, "image": str(image)}
-    command = [sys.executable, str(folder / example.script), *(a.format(**values) for a in example.args)]
+    if example.script == PERF_ANALYZER_NAME:
+        # The model control examples before it unload 'simple': perf_analyzer starts on loaded models.
+        model = example.args[example.args.index("-m") + 1]
+        load = f"{server.ports.http_url}/v2/repository/models/{model}/load"
+        urllib.request.urlopen(urllib.request.Request(load, data=b"{}"), timeout=60).close()
+        program = [str(PERF_ANALYZER)]
+    else:
+        program = [sys.executable, str(folder / example.script)]
+    command = [*program, *(a.format(**values) for a in example.args)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=folder)
     except subprocess.TimeoutExpired:
@@ -213,7 +242,8 @@ def report(outcomes: dict[str, list[Outcome]]) -> str:
         "# Triton's client examples against conch and Triton",
         "",
         "`python -m bench.triton_examples EXAMPLES`: each of Triton's Python client examples, unchanged, "
-        "against each server, on the models of `bench/triton_example_models/`.",
+        "against each server, on the models of `bench/triton_example_models/`; then `perf_analyzer` in "
+        "the modes those models exercise.",
         "",
         *(f"- {line}" for line in describe_machine()),
         "",
