@@ -17,21 +17,15 @@ import asyncio
 import bisect
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from conch.core.errors import InvalidArgumentError, NotFoundError
 from conch.observability.events import emit
 from conch.release.compare import Comparison
-from conch.release.gate import GateTracker, Judgement, Role, StepFigures, judge, limits_of
-from conch.release.prometheus_judge import (
-    DRIFT_SCORE_BUCKETS,
-    PrometheusClient,
-    PrometheusUnavailableError,
-    prometheus_figures,
-)
+from conch.release.gate import Judgement, Role
+from conch.release.model_release import ModelRelease, judge_step, status_of
+from conch.release.prometheus_judge import DRIFT_SCORE_BUCKETS
 from conch.release.spec import ReleaseSpec, spec_from_dict
 from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
@@ -40,35 +34,6 @@ from conch.repository.model_repository import ModelRepository
 from conch.repository.version_policy import version_folders
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ModelRelease:
-    """One model's release and everything measured for its current step."""
-
-    release: Release
-    figures: StepFigures
-    tracker: GateTracker
-    last_judgement: Judgement | None = None
-    #: ``conch_shadow_*`` and ``conch_release_*_total``, over the release's whole life.
-    compared: int = 0
-    agreements: int = 0
-    dropped: int = 0
-    rollbacks: int = 0
-    drift_buckets: list[int] = field(default_factory=lambda: [0] * (len(DRIFT_SCORE_BUCKETS) + 1))
-    drift_sum: float = 0.0
-    #: The spec as ``release.yaml`` gave it, to tell a changed file from an unchanged one.
-    file_spec: dict[str, Any] | None = None
-    #: Per version, every answer the local gate counts (routed ones and shadow copies) and its server
-    #: errors, so that ``judge: prometheus`` counts the same: Triton's ``nv_inference_*`` leave the
-    #: copies out, and a dark launch (``weight: 0, shadow: true``) would never reach ``min_requests``.
-    answers: Counter[int] = field(default_factory=Counter)
-    server_errors: Counter[int] = field(default_factory=Counter)
-
-    @classmethod
-    def of(cls, release: Release) -> ModelRelease:
-        gate = release.spec.gate
-        return cls(release, StepFigures(gate.drift_threshold), GateTracker(gate.failure_threshold))
 
 
 class ReleaseController:
@@ -235,31 +200,7 @@ class ReleaseController:
 
     def status(self, model: str) -> dict[str, Any]:
         """``GET /v2/models/{m}/release``: state, step, weights, each gate figure with its limit, history."""
-        held = self._held(model)
-        release = held.release
-        now = self.clock()
-        body = release.to_json(now)
-        body["model"] = model
-        body["candidate"] = release.spec.candidate
-        body["weights"] = {str(v): w for v, w in release.weights().items()}
-        body["shadow"] = release.shadow
-        judgement = held.last_judgement
-        body["gate"] = {
-            "judge": release.spec.gate.judge,
-            "ready": judgement.ready if judgement else False,
-            "consecutive_failures": held.tracker.consecutive_failures,
-            "failure_threshold": release.spec.gate.failure_threshold,
-            "checks": [
-                {"name": c.name, "value": c.value, "limit": c.limit, "outcome": str(c.outcome)}
-                for c in (judgement.checks if judgement else ())
-            ],
-        }
-        body["shadow_figures"] = {
-            "compared": held.compared,
-            "agreements": held.agreements,
-            "dropped": held.dropped,
-        }
-        return body
+        return status_of(model, self._held(model), self.clock())
 
     def adopt(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> None:
         """Take over a release saved before a restart, as it was (:mod:`.declarations` reads it)."""
@@ -320,25 +261,7 @@ class ReleaseController:
                     self._pinned_changed(model)
 
     def _judge(self, model: str, held: ModelRelease) -> Judgement | None:
-        gate = held.release.spec.gate
-        limits = limits_of(gate)
-        if gate.judge == "local":
-            return judge(held.figures.snapshot(), limits)
-        assert gate.prometheus_url is not None
-        window = max(1.0, held.release.step_elapsed_s(self.clock()))
-        try:
-            figures = prometheus_figures(
-                PrometheusClient(gate.prometheus_url),
-                model,
-                str(held.release.baseline),
-                str(held.release.spec.candidate),
-                window,
-                gate.drift_threshold,
-            )
-        except PrometheusUnavailableError as exc:
-            log.warning("release of '%s': cannot judge now: %s", model, exc.message)
-            return None
-        return judge(figures, limits)
+        return judge_step(model, held, self.clock())
 
     def _start_when_ready(self, model: str, held: ModelRelease, now: float) -> None:
         """``pending`` -> the first step once both versions are READY.
