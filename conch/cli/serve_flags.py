@@ -36,16 +36,16 @@ def port_clash(args: argparse.Namespace) -> str | None:
     of them at random, a gRPC client now and then meeting the HTTP server. Port 0 (any free port) may
     repeat: each listener gets its own.
     """
-    ports = {
-        "--http-port": args.http_port,
-        "--grpc-port": args.grpc_port,
-        "--metrics-port": args.metrics_port,
-    }
-    named = [(flag, port) for flag, port in ports.items() if port != 0]
-    for index, (flag, port) in enumerate(named):
-        for other, other_port in named[index + 1 :]:
-            if port == other_port:
-                return f"{flag} and {other} are both {port}; give each its own port"
+    flags_by_port: dict[int, str] = {}
+    for flag, port in (
+        ("--http-port", args.http_port),
+        ("--grpc-port", args.grpc_port),
+        ("--metrics-port", args.metrics_port),
+    ):
+        if port in flags_by_port:
+            return f"{flags_by_port[port]} and {flag} are both {port}; give each its own port"
+        if port != 0:
+            flags_by_port[port] = flag
     return None
 
 

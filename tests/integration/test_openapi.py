@@ -108,17 +108,13 @@ bounded = settings(
 
 
 @live_api.parametrize()
+@pytest.mark.parametrize("served", ["live", "behind_frontends"])
 @bounded
-def test_non_destructive_routes_conform(case: schemathesis.Case, live: ServerProcess) -> None:
-    case.call_and_validate(base_url=f"http://{live.http_url}", checks=CHECKS)
-
-
-@live_api.parametrize()
-@bounded
-def test_non_destructive_routes_conform_behind_frontend_processes(
-    case: schemathesis.Case, behind_frontends: ServerProcess
+def test_non_destructive_routes_conform(
+    case: schemathesis.Case, served: str, request: pytest.FixtureRequest
 ) -> None:
-    case.call_and_validate(base_url=f"http://{behind_frontends.http_url}", checks=CHECKS)
+    server: ServerProcess = request.getfixturevalue(served)
+    case.call_and_validate(base_url=f"http://{server.http_url}", checks=CHECKS)
 
 
 @throwaway_api.parametrize()

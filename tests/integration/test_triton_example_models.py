@@ -10,7 +10,6 @@ from __future__ import annotations
 import queue
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ def server(
 
 def test_every_model_loads_and_the_server_calls_itself_triton(server: ServerProcess) -> None:
     index = server.request("POST", "/v2/repository/index").json()
-    folders = sorted(path.name for path in Path(MODELS).iterdir() if path.is_dir())
+    folders = sorted(path.name for path in MODELS.iterdir() if path.is_dir())
 
     assert sorted(entry["name"] for entry in index) == folders
     assert all(entry["state"] == "READY" for entry in index), index
