@@ -20,6 +20,7 @@ from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
+from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
@@ -44,6 +45,7 @@ EXTENSIONS = [
     "model_repository(unload_dependents)",
     "schedule_policy",
     "parameters",
+    "trace",
 ]
 
 
@@ -160,6 +162,13 @@ class InferenceServer:
     def metadata(self) -> dict[str, Any]:
         """Server metadata: the name (``--server-name``), conch's version and the protocol extensions."""
         return {"name": self.options.server_name, "version": __version__, "extensions": EXTENSIONS}
+
+    def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Triton's trace extension: ``model``'s settings (the server's when empty), after ``changes``."""
+        if model:
+            self.repository.model(model)  # a 404 for an unknown name
+        live = tracing.live_settings
+        return live.settings(model) if changes is None else live.update(changes, model)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         """Whether the version (or, with no version, any version) is READY; unknown names are a 404."""

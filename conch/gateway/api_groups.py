@@ -97,6 +97,8 @@ def http_call(method: str, path: str) -> Call:
 def _model_call(method: str, model: str, rest: list[str]) -> Call:
     if len(rest) >= 2 and rest[0] == "versions":
         rest = rest[2:]
+    if rest == ["trace", "setting"]:
+        return Call("trace", Access.ADMIN, model)
     if rest and rest[0] == "release":
         if method == "GET" and len(rest) == 1:
             return Call("model-repository", Access.INFER, model)
@@ -125,7 +127,7 @@ GRPC_METHODS: dict[str, tuple[str, Access, str]] = {
     "CudaSharedMemoryUnregister": ("shared-memory", Access.ADMIN, ""),
     "ModelInfer": ("inference", Access.INFER, "model_name"),
     "ModelStreamInfer": ("inference", Access.INFER, "model_name"),
-    "TraceSetting": ("trace", Access.ADMIN, ""),
+    "TraceSetting": ("trace", Access.ADMIN, "model_name"),
     "LogSettings": ("logging", Access.ADMIN, ""),
 }
 

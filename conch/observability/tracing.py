@@ -25,9 +25,12 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from conch.core.errors import ConchError
+from conch.observability.trace_settings import LiveTraceSettings
 
 #: The tracer of this process while tracing is on (:func:`start`); None while it is off.
 tracer: Tracer | None = None
+#: Which requests may start a trace, as the trace settings API sets it (Triton's trace extension).
+live_settings = LiveTraceSettings(exporting=False)
 _provider: Any = None
 _PROPAGATOR = TraceContextTextMapPropagator()
 #: The headers (gRPC metadata keys) the W3C propagator reads.
@@ -73,13 +76,13 @@ def traces_url(endpoint: str) -> str:
     return endpoint
 
 
-def start(settings: TraceSettings, environ: Mapping[str, str]) -> bool:
+def start(trace_settings: TraceSettings, environ: Mapping[str, str]) -> bool:
     """Turn tracing on for this process when :func:`enabled`; returns whether it did.
 
     The SDK is imported only here, so a server without tracing never loads it.
     """
-    global tracer, _provider
-    if not enabled(settings, environ):
+    global tracer, _provider, live_settings
+    if not enabled(trace_settings, environ):
         return False
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -88,15 +91,23 @@ def start(settings: TraceSettings, environ: Mapping[str, str]) -> bool:
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     from conch import __version__
+    from conch.observability.trace_sampler import SettingsSampler
 
     resource = Resource.create(
         {"service.version": __version__}
         if environ.get("OTEL_SERVICE_NAME")
         else {SERVICE_NAME: "conch", "service.version": __version__}
     )
-    sampler = None if settings.sample_ratio is None else ParentBased(TraceIdRatioBased(settings.sample_ratio))
-    _provider = TracerProvider(resource=resource, sampler=sampler)
-    exporter = OTLPSpanExporter(endpoint=traces_url(settings.endpoint) if settings.endpoint else None)
+    ratio = trace_settings.sample_ratio
+    _provider = TracerProvider(
+        resource=resource, sampler=None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
+    )
+    live_settings = LiveTraceSettings(exporting=True)
+    # The provider resolved the configured sampler (the flag's, or OTEL_TRACES_SAMPLER's); the
+    # trace settings go before it. Its tracers read the attribute when made, below.
+    _provider.sampler = SettingsSampler(live_settings, _provider.sampler)
+    endpoint = trace_settings.endpoint
+    exporter = OTLPSpanExporter(endpoint=traces_url(endpoint) if endpoint else None)
     _provider.add_span_processor(BatchSpanProcessor(exporter))
     tracer = _provider.get_tracer("conch", __version__)
     return True
@@ -104,8 +115,9 @@ def start(settings: TraceSettings, environ: Mapping[str, str]) -> bool:
 
 def stop() -> None:
     """Export the spans still buffered and turn tracing off (the server's exit path)."""
-    global tracer, _provider
+    global tracer, _provider, live_settings
     provider, _provider, tracer = _provider, None, None
+    live_settings = LiveTraceSettings(exporting=False)
     if provider is not None:
         provider.shutdown()
 

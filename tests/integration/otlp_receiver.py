@@ -116,6 +116,11 @@ class OtlpReceiver:
         self._server.shutdown()
         self._server.server_close()
 
+    def received(self) -> list[ReceivedSpan]:
+        """Every span received so far."""
+        with self._lock:
+            return list(self.spans)
+
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         with self._lock:
             return [span for span in self.spans if span.trace_id == trace_id]

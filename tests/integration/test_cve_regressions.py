@@ -85,6 +85,8 @@ MANAGEMENT_CALLS = [
         json.dumps({"key": "/conch-cve", "offset": 0, "byte_size": 64}).encode(),
     ),
     ("POST", "/v2/logging", json.dumps({"log_verbose_level": 1}).encode()),
+    ("POST", "/v2/trace/setting", json.dumps({"trace_rate": "7"}).encode()),
+    ("POST", "/v2/models/iris/trace/setting", json.dumps({"trace_count": "3"}).encode()),
 ]
 
 
@@ -123,7 +125,25 @@ def test_the_log_file_api_is_refused_and_writes_nothing(server: ServerProcess, t
         request.settings["log_file"].string_param = str(target)
         with pytest.raises(grpc.RpcError) as grpc_refused:
             stub.LogSettings(request, metadata=[("authorization", admin()["authorization"])])
-    assert grpc_refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert grpc_refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "CVE-2024-0087" in str(grpc_refused.value.details())
+    time.sleep(0.2)
+    assert not target.exists()
+
+
+def test_the_trace_file_api_is_refused_and_writes_nothing(server: ServerProcess, tmp_path: Path) -> None:
+    """Triton's trace settings name a file too; conch exports spans over OTLP and writes none."""
+    target = tmp_path / "evil.trace"
+    for path in ("/v2/trace/setting", "/v2/models/iris/trace/setting"):
+        body = json.dumps({"trace_file": str(target), "trace_level": ["TIMESTAMPS"]}).encode()
+        refused = server.request("POST", path, body, admin())
+        assert refused.status == 403 and str(target) not in refused.json()["error"]
+    with (
+        grpcclient.InferenceServerClient(server.grpc_url) as client,
+        pytest.raises(InferenceServerException) as grpc_refused,
+    ):
+        client.update_trace_settings(settings={"trace_file": str(target)}, headers=admin())
+    assert grpc_refused.value.status() == "StatusCode.PERMISSION_DENIED"
     time.sleep(0.2)
     assert not target.exists()
 

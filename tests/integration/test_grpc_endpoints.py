@@ -306,6 +306,8 @@ SERVED_METHODS = {
     "SystemSharedMemoryRegister",
     "SystemSharedMemoryUnregister",
     "CudaSharedMemoryUnregister",  # nothing CUDA can be registered: unregistering it all succeeds
+    "TraceSetting",
+    "LogSettings",
 }
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 UNLISTED = sorted(
@@ -313,8 +315,8 @@ UNLISTED = sorted(
 )
 
 
-def test_the_unlisted_methods_are_trace_and_log() -> None:
-    assert UNLISTED == ["LogSettings", "TraceSetting"]
+def test_every_method_of_the_service_is_served() -> None:
+    assert UNLISTED == []
 
 
 def call_method(server: ServerProcess, method: str) -> grpc.RpcError:
@@ -333,9 +335,31 @@ def call_method(server: ServerProcess, method: str) -> grpc.RpcError:
     return caught.value
 
 
-@pytest.mark.parametrize("method", UNLISTED)
-def test_an_unlisted_method_answers_unimplemented(server: ServerProcess, method: str) -> None:
-    assert call_method(server, method).code() == grpc.StatusCode.UNIMPLEMENTED
+def test_a_method_outside_the_service_answers_unimplemented(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(f"/{SERVICE.full_name}/ModelExplain")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"", timeout=30)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    ("method", "setting"), [("TraceSetting", "trace_level"), ("LogSettings", "log_info")]
+)
+def test_an_empty_settings_request_answers_the_settings(
+    server: ServerProcess, method: str, setting: str
+) -> None:
+    descriptor = SERVICE.methods_by_name[method]
+    request_type = getattr(service_pb2, descriptor.input_type.name)
+    response_type = getattr(service_pb2, descriptor.output_type.name)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE.full_name}/{method}",
+            request_serializer=request_type.SerializeToString,
+            response_deserializer=response_type.FromString,
+        )
+        answer = call(request_type(), timeout=30)
+    assert setting in answer.settings
 
 
 @pytest.mark.parametrize("method", sorted(CUDA_SHARED_MEMORY))

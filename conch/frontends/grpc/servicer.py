@@ -20,7 +20,7 @@ from conch.frontends.grpc.request_log import logged_stream
 from conch.frontends.grpc.status import abort, status_of
 from conch.frontends.grpc.streaming import answer_concurrently
 from conch.frontends.inference import answer as answer_request
-from conch.observability import tracing
+from conch.observability import log_settings, tracing
 from conch.observability.inference_log import InferenceLog, note_error, note_request, note_response
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
@@ -138,6 +138,27 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Nothing can be registered, so nothing is left registered: clients that unregister every
         # region at start or exit (perf_analyzer) go on.
         return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        """Triton's trace extension: the settings, after the request's changes (an empty value clears
+        one); the server's, or with ``model_name`` that model's."""
+        changes = {name: list(value.value) or None for name, value in request.settings.items()}
+        settings = await _call(
+            context, lambda: self.server.trace_settings(request.model_name, changes or None)
+        )
+        answer = pb.TraceSettingResponse()
+        for name, value in settings.items():
+            answer.settings[name].value.extend(value if isinstance(value, list) else [value])
+        return answer
+
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        """The log settings, as ``/v2/logging`` answers them (a change is refused with its reason)."""
+        settings = await _call(context, lambda: log_settings.answer("POST", _parameters(request.settings)))
+        answer = pb.LogSettingsResponse()
+        for name, value in settings.items():
+            kind = "bool" if isinstance(value, bool) else "uint32" if isinstance(value, int) else "string"
+            setattr(answer.settings[name], f"{kind}_param", value)
+        return answer
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceRequest, InferenceResponse
-from conch.frontends.http import generate, infer_codec, log_settings, openapi, shared_memory_routes
+from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.replies import (
@@ -36,7 +36,7 @@ from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
 from conch.lifecycle.deep_health import DeepHealth
-from conch.observability import tracing
+from conch.observability import log_settings, tracing
 from conch.observability.inference_log import InferenceLog, note_request, note_response
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
@@ -202,6 +202,8 @@ class HttpFrontend:
             if grant is not None:
                 stats["model_stats"] = [s for s in stats["model_stats"] if grant.may_see(s["name"])]
             return json_reply(200, stats)
+        if route in (["trace", "setting"], ["models", *route[1:2], "trace", "setting"]):
+            return await self._trace_setting(scope, receive, method, route[1] if len(route) == 4 else "")
         if route[0] == "models" and len(route) >= 2:
             return await self._model_route(scope, receive, method, route[1], route[2:])
         if route == ["logging"]:
@@ -342,6 +344,14 @@ class HttpFrontend:
         body = await read_body(scope, receive, self.max_body_bytes)
         document = infer_codec.load_json_object(body, self.json_depth)
         return json_reply(200, self.server.start_release(name, document))
+
+    async def _trace_setting(self, scope: Scope, receive: Receive, method: str, model: str) -> Reply:
+        """``GET|POST /v2[/models/{m}]/trace/setting``: Triton's trace extension."""
+        if method == "GET":
+            return json_reply(200, self.server.trace_settings(model))
+        require(method, "POST")
+        body = await read_body(scope, receive, self.max_body_bytes)
+        return json_reply(200, self.server.trace_settings(model, self._body_object(body)))
 
     def _body_object(self, body: bytes) -> dict[str, Any]:
         """A JSON object body, ``{}`` when there is none (the optional bodies of index, load, register)."""

@@ -1,4 +1,5 @@
-"""``/v2/logging``: Triton's log settings API, answered without letting a caller say where logs go.
+"""Triton's log settings API (``/v2/logging``, gRPC ``LogSettings``), answered without letting a caller
+say where logs go.
 
 Triton's ``log_file`` setting let whoever reached the port have the server write its log to a path
 of their choosing, a file that could then be run or read as code or config (CVE-2024-0087). conch
