@@ -58,6 +58,8 @@ class Example:
 
 
 IMAGE = ("-m", "densenet_onnx", "-c", "3", "-s", "INCEPTION")
+#: perf_analyzer's trace options: the servers here export no traces, so the level asked is OFF.
+TRACE_OFF = ("--trace-level", "OFF", "--trace-rate", "100", "--trace-count", "-1")
 #: Not a script in the examples folder: ``perf_analyzer`` itself (bench/loadgen.py finds the binary).
 PERF_ANALYZER_NAME = "perf_analyzer"
 #: repeat_int32's DELAY is in microseconds: random data would sleep for hours.
@@ -121,6 +123,9 @@ EXAMPLES = (
             ("-m", "simple_sequence", "-i", "grpc", "-u", "{grpc}", "--streaming"),
             ("-m", "simple_sequence", "-i", "http", "-u", "{http}"),
             ("-m", "repeat_int32", "-i", "grpc", "-u", "{grpc}", "--streaming", *REPEAT_ZEROS),
+            # The trace settings API (Triton's trace extension), set before measuring.
+            ("-m", "simple", "-i", "http", "-u", "{http}", *TRACE_OFF),
+            ("-m", "simple", "-i", "grpc", "-u", "{grpc}", *TRACE_OFF),
         )
     ),
 )
