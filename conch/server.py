@@ -46,6 +46,7 @@ EXTENSIONS = [
     "schedule_policy",
     "parameters",
     "trace",
+    "logging",
 ]
 
 

@@ -225,22 +225,3 @@ def test_without_an_exporter_the_level_stays_off_and_turning_it_on_says_how(
         with pytest.raises(InferenceServerException) as grpc_refused:
             grpc.update_trace_settings("first", {"trace_level": ["TIMESTAMPS"]})
         assert grpc_refused.value.status() == "StatusCode.INVALID_ARGUMENT"
-
-
-def test_grpc_log_settings_answer_as_http_does(traced: ServerProcess) -> None:
-    http_settings = traced.request("GET", "/v2/logging").json()
-    with grpcclient.InferenceServerClient(traced.grpc_url) as grpc:
-        assert grpc.get_log_settings(as_json=True)["settings"] == {
-            name: {_kind(value): value} for name, value in http_settings.items()
-        }
-        with pytest.raises(InferenceServerException) as refused:
-            grpc.update_log_settings({"log_verbose_level": 1})
-    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "--log-level" in refused.value.message()
-    assert traced.request("GET", "/v2/logging").json() == http_settings
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool_param"
-    return "uint32_param" if isinstance(value, int) else "string_param"
