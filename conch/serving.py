@@ -32,6 +32,7 @@ from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.http.app import HttpFrontend
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server import HttpServer
+from conch.frontends.tls import TlsSettings
 from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
@@ -109,6 +110,8 @@ class ServeSettings:
     grpc_max_message_bytes: int = MAX_MESSAGE_BYTES
     #: A record per inference, the audit sample and the access log (off by default).
     request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
+    #: TLS on the HTTP and gRPC ports (off by default; see conch.frontends.tls).
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -210,7 +213,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             frontends = frontends_for(settings, count, server, codes, gateway, journal)
             await frontends.start()
         elif settings.grpc_relay:
-            relay = RelayEndpoint(server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors)
+            relay = RelayEndpoint(
+                server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors, settings.tls.grpc
+            )
             await relay.start()
         else:
             grpc_server = create_grpc_server(
@@ -222,6 +227,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 gateway=gateway,
                 max_message_bytes=settings.grpc_max_message_bytes,
                 inference_log=journal,
+                tls=settings.tls.grpc,
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
@@ -246,7 +252,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     http_app = HttpFrontend(
         server, settings.http_limits, deep_health, codes.http, gateway, inference_log=journal
     )
-    servers = [] if frontends else [HttpServer(http_app, settings.http_limits, access)]
+    servers = [] if frontends else [HttpServer(http_app, settings.http_limits, access, settings.tls.http)]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
     tasks.append(asyncio.create_task(keep_sampling(server)))  # the status page's recent traffic
     if worker is None:

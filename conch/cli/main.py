@@ -38,6 +38,7 @@ from conch.cli.serve_flags import (
     resilience_flags,
     setting,
 )
+from conch.cli.tls_flags import tls_flags, tls_settings
 from conch.cli.trace_flags import trace_flags, trace_settings
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     resilience_flags(serve)
     gateway_flags(serve)
     limit_flags(serve)
+    tls_flags(serve)
     trace_flags(serve)
     request_log_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         defaults = breaker_defaults(args)
         gateway = gateway_settings(args)
         request_log = request_log_settings(args)
+        tls = tls_settings(args)
     except ValueError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 2
@@ -293,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         **limit_settings(args),
         tracing=trace_settings(args),
         request_log=request_log,
+        tls=tls,
     )
     if args.frontends and (args.workers > 1 or args.grpc_relay):
         print("conch: --frontends replaces --workers and --grpc-relay; use one of them", file=sys.stderr)

@@ -23,6 +23,7 @@ from conch import garbage_collection
 from conch.busy_poll import BusyPoll
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server import HttpServer
+from conch.frontends.tls import TlsSettings
 from conch.observability.access_log import enable_access_log
 from conch.observability.log_format import configure_logging
 from conch.runtime.frontend_grpc import create_frontend_grpc
@@ -58,6 +59,7 @@ async def run_frontend(args: argparse.Namespace) -> int:
     reported at once, and connections wait in the kernel's queue until the go.
     """
     limits = HttpLimits(**json.loads(args.http_limits))
+    tls = TlsSettings.from_dict(json.loads(args.tls))
     link = ModelLink(_connect(args.socket))
     try:
         http_socket = shared_port(args.host, args.http_port)
@@ -70,12 +72,13 @@ async def run_frontend(args: argparse.Namespace) -> int:
             args.decode_here,
             args.grpc_acceptors,
             args.grpc_max_message_bytes,
+            tls.grpc,
         )
     except RuntimeError:
         return EXIT_CANNOT_LISTEN_GRPC
     link.attach()
     app = FrontendHttpApp(link, limits.max_body_bytes, limits.max_json_depth, args.decode_here)
-    http = HttpServer(app, limits, args.access_log)
+    http = HttpServer(app, limits, args.access_log, tls.http)
     if args.access_log:
         enable_access_log()
     loop = asyncio.get_running_loop()
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-max-message-bytes", type=int, required=True)
     parser.add_argument("--http-limits", required=True, help="HttpLimits as JSON")
     parser.add_argument("--access-log", type=int, default=0)
+    parser.add_argument("--tls", required=True, help="TlsSettings as JSON (conch.frontends.tls)")
     parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
     parser.add_argument("--log-level", type=int, default=logging.INFO)
     parser.add_argument("--log-format", default="auto")

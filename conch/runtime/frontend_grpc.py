@@ -22,6 +22,7 @@ from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_gate import SERVICE
 from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
 from conch.frontends.grpc.status import STATUS_BY_NUMBER, abort
+from conch.frontends.tls import TlsFiles, bind_grpc
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.runtime.frontend_http import RegionsElsewhere
 from conch.runtime.model_link import ModelLink
@@ -106,12 +107,17 @@ def _route_key(context: Any) -> str | None:
 
 
 def create_frontend_grpc(
-    link: ModelLink, address: str, decode_here: bool, acceptors: int, max_message_bytes: int
+    link: ModelLink,
+    address: str,
+    decode_here: bool,
+    acceptors: int,
+    max_message_bytes: int,
+    tls: TlsFiles,
 ) -> tuple[grpc.aio.Server, CallAcceptors]:
     """This frontend's gRPC server on ``address``, sharing the port with the others (``SO_REUSEPORT``)."""
     server = grpc.aio.server(options=grpc_server_options(True, max_message_bytes))
     handlers = FrontendServicer(link, decode_here).handlers()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     model_infer = CallAcceptors(server, MODEL_INFER_METHOD, handlers["ModelInfer"], acceptors)
-    server.add_insecure_port(address)
+    bind_grpc(server, address, tls)
     return server, model_infer

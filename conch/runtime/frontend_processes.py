@@ -22,6 +22,7 @@ from conch.frontends.grpc.call_gate import stream_gate
 from conch.frontends.grpc.grpc_server import served_methods
 from conch.frontends.grpc.servicer import InferenceServicer
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.tls import TlsSettings
 from conch.observability import tracing
 from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
 from conch.runtime.hub import FrontendHub
@@ -57,6 +58,7 @@ class FrontendSettings:
     http_limits: HttpLimits
     access_log: bool
     busy_poll_us: int
+    tls: TlsSettings
 
 
 class FrontendProcesses:
@@ -88,6 +90,7 @@ class FrontendProcesses:
                 "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),
                 "--access-log", str(int(each.access_log)),
                 "--busy-poll-us", str(each.busy_poll_us),
+                "--tls", json.dumps(dataclasses.asdict(each.tls)),
                 "--log-level", str(level), "--log-format", fmt,
                 start_new_session=True,
             )  # fmt: skip
@@ -173,5 +176,6 @@ def frontends_for(
         ),
         access_log=settings.request_log.access_log,
         busy_poll_us=settings.busy_poll_us,
+        tls=settings.tls,
     )
     return FrontendProcesses(hub, frontend, count)

@@ -9,6 +9,7 @@ flags, or parameters, defines its own ``server``; the clients then talk to that 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,8 +30,13 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     started: list[ServerProcess] = []
     log_dir = tmp_path_factory.mktemp("logs")
 
-    def start(repository: Path | None, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
-        server = ServerProcess(repository, list(args), env or {}).start(log_dir)
+    def start(
+        repository: Path | None,
+        *args: str,
+        env: dict[str, str] | None = None,
+        https: ssl.SSLContext | None = None,
+    ) -> ServerProcess:
+        server = ServerProcess(repository, list(args), env or {}, https=https).start(log_dir)
         started.append(server)
         return server
 

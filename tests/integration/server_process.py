@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -75,6 +76,8 @@ class ServerProcess:
     console_script: bool = False
     #: The interpreter whose conch is started (another virtual environment's, for a fresh install).
     python: str = sys.executable
+    #: For a server with ``--http-use-ssl``: the client context its liveness is asked with, over HTTPS.
+    https: ssl.SSLContext | None = None
 
     @property
     def http_url(self) -> str:
@@ -141,7 +144,9 @@ class ServerProcess:
 
     def _live(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as reply:
+            scheme, context = ("https", self.https) if self.https else ("http", None)
+            url = f"{scheme}://localhost:{self.http_port}/v2/health/live"
+            with urllib.request.urlopen(url, timeout=1, context=context) as reply:
                 return bool(reply.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False

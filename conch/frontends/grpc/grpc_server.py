@@ -27,6 +27,7 @@ from conch.frontends.grpc.grpc_options import (
 from conch.frontends.grpc.request_log import logged_unary
 from conch.frontends.grpc.servicer import InferenceServicer
 from conch.frontends.grpc.status import abort, status_of
+from conch.frontends.tls import TlsFiles, bind_grpc
 from conch.gateway.gateway import Gateway
 from conch.observability.inference_log import InferenceLog
 from conch.server import InferenceServer
@@ -56,16 +57,17 @@ def create_grpc_server(
     gateway: Gateway | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     inference_log: InferenceLog | None = None,
+    tls: TlsFiles | None = None,
 ) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
     :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
     at once, counting each call's final code in ``codes``, admitting calls through ``gateway`` and
-    recording inferences in ``inference_log``."""
+    recording inferences in ``inference_log``, over TLS when ``tls`` is on."""
     grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port, max_message_bytes))
     servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
     servicer.inference_log = inference_log
     model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)
-    grpc_server.add_insecure_port(address)
+    bind_grpc(grpc_server, address, tls or TlsFiles())
     return GrpcFrontend(grpc_server, model_infer)
 
 

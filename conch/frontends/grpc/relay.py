@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import struct
 import sys
@@ -39,6 +40,7 @@ from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_op
 from conch.frontends.grpc.infer_codec import stream_error
 from conch.frontends.grpc.status import STATUS_BY_NUMBER
 from conch.frontends.grpc.streaming import answer_concurrently, one_reply
+from conch.frontends.tls import TlsFiles, bind_grpc
 from conch.scheduling.scheduler import RequestsInFlight
 
 log = logging.getLogger(__name__)
@@ -124,10 +126,12 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-async def run_relay(address: str, socket_path: str, busy_poll_us: int = 0, acceptors: int = 0) -> int:
+async def run_relay(
+    address: str, socket_path: str, busy_poll_us: int = 0, acceptors: int = 0, tls: TlsFiles | None = None
+) -> int:
     server = grpc.aio.server(options=grpc_server_options(reuse_port=False))
     try:
-        server.add_insecure_port(address)
+        bind_grpc(server, address, tls or TlsFiles())
     except RuntimeError:
         return EXIT_CANNOT_LISTEN  # the model process reports it
     reader, writer = await asyncio.open_unix_connection(socket_path)
@@ -153,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="the model process's Unix socket")
     parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
     parser.add_argument("--grpc-acceptors", type=int, default=0, help="as conch serve's (acceptors module)")
+    parser.add_argument("--tls", default="{}", help="the gRPC port's TlsFiles as JSON (conch.frontends.tls)")
     args = parser.parse_args(argv)
+    tls = TlsFiles(**json.loads(args.tls))
     try:
-        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us, args.grpc_acceptors))
+        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us, args.grpc_acceptors, tls))
     except KeyboardInterrupt:
         return 0
 

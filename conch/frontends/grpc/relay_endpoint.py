@@ -8,6 +8,8 @@ it. A relay that cannot bind the gRPC port is reported as a :class:`ServeError`-
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import sys
 import tempfile
@@ -21,6 +23,7 @@ from google.protobuf.message import DecodeError
 from conch.frontends.grpc.relay import EXIT_CANNOT_LISTEN, GO, HEADER, UNARY_METHODS
 from conch.frontends.grpc.relayed_call import Aborted, RelayedContext
 from conch.frontends.grpc.servicer import InferenceServicer
+from conch.frontends.tls import TlsFiles
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
@@ -37,7 +40,12 @@ class RelayEndpoint:
     """Starts the relay for ``address`` and answers its calls with ``server``."""
 
     def __init__(
-        self, server: InferenceServer, address: str, busy_poll_us: int = 0, acceptors: int = 0
+        self,
+        server: InferenceServer,
+        address: str,
+        busy_poll_us: int = 0,
+        acceptors: int = 0,
+        tls: TlsFiles | None = None,
     ) -> None:
         servicer = InferenceServicer(server)
         # None: a method InferenceServicer leaves to the generated base class, which answers UNIMPLEMENTED.
@@ -47,6 +55,7 @@ class RelayEndpoint:
         self._address = address
         self._busy_poll_us = busy_poll_us
         self._acceptors = acceptors
+        self._tls = tls or TlsFiles()
         self._folder = tempfile.TemporaryDirectory(prefix="conch-relay-")
         self._connected: asyncio.Future[asyncio.StreamWriter] | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -73,6 +82,8 @@ class RelayEndpoint:
             str(self._busy_poll_us),
             "--grpc-acceptors",
             str(self._acceptors),
+            "--tls",
+            json.dumps(dataclasses.asdict(self._tls)),
             # Its own session: a signal to the server's process group (Ctrl-C, systemd's stop) must not
             # kill the relay under calls still in flight; it exits when the server closes its socket.
             start_new_session=True,

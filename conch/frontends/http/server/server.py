@@ -12,6 +12,7 @@ from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server.connection import HttpConnection
 from conch.frontends.http.server.heads import Clock
 from conch.frontends.http.server.outbox import Outbox
+from conch.frontends.tls import TlsFiles
 
 if TYPE_CHECKING:
     from conch.frontends.http.server.exchange import Exchange
@@ -28,8 +29,16 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 class HttpServer:
     """Serves an ASGI ``app`` on listening sockets until :meth:`shutdown`."""
 
-    def __init__(self, app: Any, limits: HttpLimits | None = None, access_log: bool = False) -> None:
+    def __init__(
+        self,
+        app: Any,
+        limits: HttpLimits | None = None,
+        access_log: bool = False,
+        tls: TlsFiles | None = None,
+    ) -> None:
         self.app = app
+        #: The port's TLS (off: plain HTTP).
+        self.tls = tls or TlsFiles()
         self.limits = limits or HttpLimits()
         #: One record per answer on :data:`ACCESS_LOGGER` (off by default: a record per request,
         #: health probes and scrapes included, costs the event loop a formatted line each).
@@ -50,8 +59,15 @@ class HttpServer:
         the answers being written finish, for :data:`STOP_GRACE_SECS` at most."""
         loop = asyncio.get_running_loop()
         self.outbox = Outbox(loop)
+        # A TLS handshake that stalls is a slow client too: it is cut off as a stalled head would be.
+        tls: dict[str, Any] = {}
+        if self.tls.on:
+            tls = {
+                "ssl": self.tls.ssl_context(),
+                "ssl_handshake_timeout": self.limits.slow_client_timeout_secs,
+            }
         listeners = [
-            await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=_BACKLOG)
+            await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=_BACKLOG, **tls)
             for sock in sockets
         ]
         ticking = loop.call_later(self._tick_secs, self._sweep)
