@@ -56,6 +56,8 @@ WRITABLE = [
 #: rotated copies at ``--audit-log-max-mb`` 100, with room to spare; beyond it the kubelet evicts the pod.
 AUDIT_LOG = "/var/log/conch/audit.jsonl"
 AUDIT_LOG_LIMIT = "512Mi"
+#: Where ``--tls-secret``'s certificate and key are mounted.
+TLS_FOLDER = "/etc/conch/tls"
 
 
 def metadata(settings: DeploySettings, name: str | None = None) -> dict[str, Any]:
@@ -127,10 +129,10 @@ def container(settings: DeploySettings) -> dict[str, Any]:
         ],
         "resources": resources(settings),
         "startupProbe": _probe(
-            "/v2/health/live", STARTUP_PERIOD_SECS, STARTUP_BUDGET_SECS // STARTUP_PERIOD_SECS
+            settings, "/v2/health/live", STARTUP_PERIOD_SECS, STARTUP_BUDGET_SECS // STARTUP_PERIOD_SECS
         ),
         "readinessProbe": readiness_probe(settings),
-        "livenessProbe": _probe("/v2/health/live", 10, 3, timeout=5),
+        "livenessProbe": _probe(settings, "/v2/health/live", 10, 3, timeout=5),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SECS)]}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -151,6 +153,11 @@ def environment(settings: DeploySettings) -> list[dict[str, str]]:
         "CONCH_FRONTENDS": pod_frontends(settings.cpu_limit or settings.cpu),
     }
     variables |= {variable: path for _, path, variable in WRITABLE if variable}
+    if settings.tls_secret:
+        for port in ("HTTP", "GRPC"):
+            variables[f"CONCH_{port}_USE_SSL"] = "true"
+            variables[f"CONCH_{port}_SERVER_CERT"] = f"{TLS_FOLDER}/tls.crt"
+            variables[f"CONCH_{port}_SERVER_KEY"] = f"{TLS_FOLDER}/tls.key"
     # Written only when sampling is on (CONCH_LOG_SAMPLE_BODIES above 0); rotated at 100 MB, 3 kept.
     variables["CONCH_AUDIT_LOG"] = AUDIT_LOG
     return [{"name": name, "value": value} for name, value in variables.items()]
@@ -178,13 +185,16 @@ def readiness_probe(settings: DeploySettings) -> dict[str, Any]:
     if settings.readiness == "deep":
         # Deep health caches one evaluation for --health-cache-secs (5) and bounds each model's probe
         # by --health-probe-timeout-ms (1 s); the probe's own timeout leaves room for both.
-        return _probe("/v2/health/deep", 10, 3, timeout=5)
-    return _probe("/v2/health/ready", 5, 3, timeout=2)
+        return _probe(settings, "/v2/health/deep", 10, 3, timeout=5)
+    return _probe(settings, "/v2/health/ready", 5, 3, timeout=2)
 
 
-def _probe(path: str, period: int, failures: int, timeout: int = 2) -> dict[str, Any]:
+def _probe(
+    settings: DeploySettings, path: str, period: int, failures: int, timeout: int = 2
+) -> dict[str, Any]:
+    """An HTTP probe, over HTTPS with ``--tls-secret`` (the kubelet does not check the certificate)."""
     return {
-        "httpGet": {"path": path, "port": "http"},
+        "httpGet": {"path": path, "port": "http", "scheme": "HTTPS" if settings.tls_secret else "HTTP"},
         "periodSeconds": period,
         "timeoutSeconds": timeout,
         "failureThreshold": failures,
@@ -203,6 +213,9 @@ def volumes(settings: DeploySettings) -> list[dict[str, Any]]:
         found.append({"name": "models", "hostPath": {"path": settings.models.location, "type": "Directory"}})
     if settings.releases:
         found.append({"name": "releases", "configMap": {"name": releases_name(settings)}})
+    if settings.tls_secret:
+        # Readable by conch's group only (fsGroup), not by every user of the pod.
+        found.append({"name": "tls", "secret": {"secretName": settings.tls_secret, "defaultMode": 0o440}})
     return found
 
 
@@ -220,6 +233,8 @@ def volume_mounts(settings: DeploySettings) -> list[dict[str, Any]]:
         }
         for model in sorted(settings.releases)
     ]
+    if settings.tls_secret:
+        mounts.append({"name": "tls", "mountPath": TLS_FOLDER, "readOnly": True})
     return mounts
 
 
@@ -232,18 +247,20 @@ def service(settings: DeploySettings) -> Manifest:
             "selector": dict(settings.labels),
             "ports": [
                 {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
-                # appProtocol tells meshes and gateways the port speaks HTTP/2 (gRPC).
-                {
-                    "name": "grpc",
-                    "port": GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "kubernetes.io/h2c",
-                },
+                grpc_port(settings),
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
             ],
         },
     }
+
+
+def grpc_port(settings: DeploySettings) -> dict[str, Any]:
+    port = {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"}
+    if not settings.tls_secret:
+        # appProtocol tells meshes and gateways the port speaks HTTP/2 in clear text (gRPC); over TLS
+        # they negotiate HTTP/2 in the handshake instead.
+        port["appProtocol"] = "kubernetes.io/h2c"
+    return port
 
 
 register("deployment.yaml", deployment)

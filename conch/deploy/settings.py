@@ -123,6 +123,9 @@ KUBERNETES_SETTINGS = [
     Setting("--s3-secret", str, None,
             "a Secret whose keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL...) become "
             "the pods' environment, for an s3:// repository; default none"),
+    Setting("--tls-secret", str, None,
+            "a kubernetes.io/tls Secret (tls.crt, tls.key) the pods serve HTTPS and gRPC over TLS with; the "
+            "probes then ask over HTTPS; default none (plain, for an ingress or mesh that ends TLS)"),
     Setting("--replicas", _count(1), "2", "pods, and the autoscaler's minimum"),
     Setting("--max-replicas", _count(1), "10", "the autoscaler's maximum"),
     Setting("--cpu", _quantity(cpu_quantity), "1", "CPU request per pod"),
@@ -155,6 +158,7 @@ class DeploySettings:
     image: str
     models: ModelSource
     s3_secret: str | None
+    tls_secret: str | None
     replicas: int
     max_replicas: int
     cpu: str

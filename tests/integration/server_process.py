@@ -144,8 +144,11 @@ class ServerProcess:
 
     def _live(self) -> bool:
         try:
-            scheme, context = ("https", self.https) if self.https else ("http", None)
-            url = f"{scheme}://localhost:{self.http_port}/v2/health/live"
+            # Over HTTPS by the name the test certificates carry (localhost), else by address.
+            url = f"http://{self.http_url}/v2/health/live"
+            context = self.https
+            if context is not None:
+                url = f"https://localhost:{self.http_port}/v2/health/live"
             with urllib.request.urlopen(url, timeout=1, context=context) as reply:
                 return bool(reply.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError):

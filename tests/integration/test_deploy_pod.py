@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import ssl
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest
 import yaml
 
 from conch.cli.main import main
+from tests.fixtures.certificates import write_certificates
 from tests.integration.server_process import ServerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
@@ -95,3 +98,33 @@ def test_sigterm_turns_not_ready_then_exits_within_the_grace_period(
     took = time.monotonic() - started
     pre_stop = int(conch["lifecycle"]["preStop"]["exec"]["command"][1])
     assert took + pre_stop < conch["terminationGracePeriodSeconds"]
+
+
+def test_a_pod_with_a_tls_secret_serves_https_and_its_probes_answer(tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out), "--tls-secret", "conch-tls"]) == 0
+    conch = read(out / "deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    fs = tmp_path / "fs"
+    # The Secret's keys, where its volume mounts them (kubectl create secret tls: tls.crt, tls.key).
+    mount = next(m["mountPath"] for m in conch["volumeMounts"] if m["name"] == "tls")
+    made = write_certificates(tmp_path / "ca")
+    secret = fs / mount.lstrip("/")
+    secret.mkdir(parents=True)
+    shutil.copy(made.server_cert, secret / "tls.crt")
+    shutil.copy(made.server_key, secret / "tls.key")
+    env = {item["name"]: item["value"] for item in conch["env"]}
+    env = {
+        name: str(fs / value.lstrip("/")) if value.startswith("/") else value for name, value in env.items()
+    }
+    # The kubelet's HTTPS probes do not check the certificate; neither does this one.
+    kubelet = ssl.create_default_context()
+    kubelet.check_hostname, kubelet.verify_mode = False, ssl.CERT_NONE
+    server = ServerProcess(EXAMPLES, env=env, https=kubelet).start(tmp_path)
+    try:
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            get = conch[probe]["httpGet"]
+            url = f"{get['scheme'].lower()}://127.0.0.1:{server.http_port}{get['path']}"
+            with urllib.request.urlopen(url, context=kubelet, timeout=10) as answer:
+                assert answer.status == 200, probe
+    finally:
+        server.stop()

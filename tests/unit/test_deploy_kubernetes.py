@@ -202,6 +202,37 @@ def test_s3_models_and_their_secret(tmp_path: Path) -> None:
     strictly_valid(read(tmp_path, "deployment.yaml"))
 
 
+def test_a_tls_secret_is_mounted_for_both_ports_and_the_probes_use_https(tmp_path: Path) -> None:
+    assert (
+        main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(tmp_path), "--tls-secret", "conch-tls"]) == 0
+    )
+    deployment = read(tmp_path, "deployment.yaml")
+    strictly_valid(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    conch = pod["containers"][0]
+    env = {variable["name"]: variable["value"] for variable in conch["env"]}
+    for port in ("HTTP", "GRPC"):
+        assert env[f"CONCH_{port}_USE_SSL"] == "true"
+        assert env[f"CONCH_{port}_SERVER_CERT"] == "/etc/conch/tls/tls.crt"
+        assert env[f"CONCH_{port}_SERVER_KEY"] == "/etc/conch/tls/tls.key"
+    assert {"name": "tls", "secret": {"secretName": "conch-tls", "defaultMode": 0o440}} in pod["volumes"]
+    assert {"name": "tls", "mountPath": "/etc/conch/tls", "readOnly": True} in conch["volumeMounts"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert conch[probe]["httpGet"]["scheme"] == "HTTPS"
+    service = read(tmp_path, "service.yaml")
+    strictly_valid(service)
+    grpc = next(port for port in service["spec"]["ports"] if port["name"] == "grpc")
+    assert "appProtocol" not in grpc
+
+
+def test_without_a_tls_secret_the_pods_serve_plain_text(manifests: Path) -> None:
+    conch = container(manifests)
+    assert not any(variable["name"].endswith("_USE_SSL") for variable in conch["env"])
+    assert conch["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    grpc = next(port for port in read(manifests, "service.yaml")["spec"]["ports"] if port["name"] == "grpc")
+    assert grpc["appProtocol"] == "kubernetes.io/h2c"
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
