@@ -177,7 +177,7 @@ def _whole(name: str, value: Any, lowest: int, highest: int, hint: str) -> int:
         value = value[0]
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    elif isinstance(value, str) and len(value) <= 20 and value.strip().lstrip("-").isdigit():
         number = int(value)
     if number is None or not lowest <= number <= highest:
         advice = f" ({hint})" if hint else ""

@@ -65,6 +65,8 @@ def test_a_model_inherits_what_it_did_not_set_and_clearing_returns_to_the_server
         ({"trace_rate": "0"}, InvalidArgumentError),
         ({"trace_rate": True}, InvalidArgumentError),
         ({"trace_rate": "4294967296"}, InvalidArgumentError),
+        ({"trace_rate": "9" * 5000}, InvalidArgumentError),
+        ({"trace_rate": 2.5}, InvalidArgumentError),
         ({"trace_count": "-2"}, InvalidArgumentError),
         ({"log_frequency": "5"}, InvalidArgumentError),
         ({"trace_mode": "triton"}, InvalidArgumentError),
