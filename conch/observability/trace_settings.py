@@ -70,7 +70,8 @@ class LiveTraceSettings:
         own = self._models.get(model)
         if own is None:
             return self._admits(self._server, self._server.values)
-        return self._admits(own, self._server.values | own.values)
+        counter = own if RATE in own.values else self._server  # a rate of its own, a count of its own
+        return self._admits(counter, self._server.values | own.values)
 
     def _admits(self, counter: TraceSetting, values: Mapping[str, Any]) -> bool:
         if not values[LEVEL] or values[COUNT] == 0:
@@ -108,7 +109,7 @@ class LiveTraceSettings:
         parsed = {
             name: None if value is None else _parse(name, value)
             for name, value in changes.items()
-            if name != LOG_FREQUENCY or _no_log_frequency(value)
+            if name not in (LOG_FREQUENCY, MODE) or _read_only(name, value)
         }
         if parsed.get(LEVEL) and not self.exporting:
             raise InvalidArgumentError(NO_EXPORTER)
@@ -143,9 +144,15 @@ def _parse(name: str, value: Any) -> Any:
     raise InvalidArgumentError(f"unknown trace setting '{name}'; the settings are {', '.join(_KNOWN)}")
 
 
-def _no_log_frequency(value: Any) -> bool:
-    """Checks a ``log_frequency`` (only 0, or None, is accepted); False: it changes nothing here."""
-    if value is not None and _whole(LOG_FREQUENCY, value, 0, _UINT32_MAX, "") != 0:
+def _read_only(name: str, value: Any) -> bool:
+    """Checks ``log_frequency`` (only 0) or ``trace_mode`` (only opentelemetry, as a GET answers it, so
+    a client may post back what it read); None passes too. False: neither changes anything here."""
+    if value is None:
+        return False
+    if name == MODE:
+        if (value[0] if isinstance(value, list) and len(value) == 1 else value) != "opentelemetry":
+            raise InvalidArgumentError("conch traces in Triton's opentelemetry trace mode only")
+    elif _whole(LOG_FREQUENCY, value, 0, _UINT32_MAX, "") != 0:
         raise InvalidArgumentError(
             "log_frequency applies to Triton's trace files; conch exports each span over OTLP as it "
             "ends, so only 0 is accepted"

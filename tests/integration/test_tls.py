@@ -53,8 +53,12 @@ def tls_flags(certificates: Certificates, mutual: bool = False) -> list[str]:
         flags += [f"--{port}-use-ssl", "true"]
         flags += [f"--{port}-server-cert", str(certificates.server_cert)]
         flags += [f"--{port}-server-key", str(certificates.server_key)]
-        if mutual:
-            flags += [f"--{port}-root-cert", str(certificates.ca), f"--{port}-use-ssl-mutual", "true"]
+    if mutual:
+        for root, mutual_flag in (
+            ("--http-root-cert", "--http-use-ssl-mutual"),
+            ("--grpc-root-cert", "--grpc-use-ssl-mutual"),
+        ):
+            flags += [root, str(certificates.ca), mutual_flag, "true"]
     return flags
 
 

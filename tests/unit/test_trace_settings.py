@@ -28,6 +28,8 @@ def test_a_rate_admits_every_nth_request_counted_per_model() -> None:
     assert admitted(settings, "a", 6) == [False, False, True, False, False, True]
     assert admitted(settings, "fast", 4) == [False, True, False, True]
     assert admitted(settings, "b", 3) == [False, False, True]  # "a" and "b" share the server's count
+    settings.update({"trace_count": "5"}, "c")  # a count of its own, the server's rate and its count
+    assert admitted(settings, "c", 3) == [False, False, True]
 
 
 def test_a_count_is_spent_by_the_traces_taken_where_it_is_set() -> None:
@@ -78,6 +80,14 @@ def test_refused_changes_change_nothing(changes: dict[str, object], error: type[
     with pytest.raises(error):
         settings.update({"trace_rate": "9", **changes})
     assert settings.settings() == before
+
+
+def test_what_a_get_answers_can_be_posted_back() -> None:
+    settings = LiveTraceSettings(exporting=True)
+    read = settings.update({"trace_rate": "3"})
+    assert settings.update(read) == read
+    assert settings.update(read, "m") == read
+    assert settings.update({"trace_mode": ["opentelemetry"]}) == read  # as gRPC carries it
 
 
 def test_a_single_level_string_and_grpc_lists_are_read_as_triton_sends_them() -> None:
