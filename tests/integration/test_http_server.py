@@ -151,9 +151,9 @@ def test_pipelined_whole_and_streamed_answers_keep_their_order(running: Running)
 
 
 def test_a_write_made_at_once_follows_the_answer_waiting_in_the_outbox() -> None:
-    """A refusal (written at once) in the same pass as an answer's last bytes (waiting in the outbox),
-    as when a pipelined request's bad bytes arrive before the pass that answered the one before ends:
-    the client must get the answer first."""
+    """A refusal (written at once) in the same pass as an answer's last bytes (waiting in the outbox
+    while other requests are answered), as when a pipelined request's bad bytes arrive before the pass
+    that answered the one before ends: the client must get the answer first."""
     each = start()
     try:
         with socket.create_connection(("127.0.0.1", each.port), timeout=5) as conn:
@@ -163,8 +163,11 @@ def test_a_write_made_at_once_follows_the_answer_waiting_in_the_outbox() -> None
 
             def answer_then_refuse() -> None:
                 (connection,) = each.server.connections
+                each.server.running = 2  # another request is being answered: the answer waits
                 connection.write_last(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                assert len(each.server.outbox) == 1, "the answer should wait for the end of the pass"
                 connection.refuse(400, "the next request is not valid")
+                each.server.running = 0
 
             each.loop.call_soon_threadsafe(answer_then_refuse)
             received = b""
@@ -272,3 +275,32 @@ def test_stopping_finishes_the_answer_in_flight_and_closes_idle_connections() ->
         socket.create_connection(("127.0.0.1", each.port), timeout=1)
     idle.close()
     busy.close()
+
+
+def test_a_lone_answer_is_written_at_once_and_one_among_others_waits_for_the_pass() -> None:
+    """The outbox gathers the answers of a pass; a lone request's answer has none to go with."""
+    each = start()
+    try:
+        with socket.create_connection(("127.0.0.1", each.port), timeout=5):
+            deadline = time.monotonic() + 5
+            while not each.server.connections and time.monotonic() < deadline:
+                time.sleep(0.01)
+            waited: list[bool] = []
+            done = threading.Event()
+
+            def answer(running: int) -> None:
+                (connection,) = each.server.connections
+                each.server.running = running
+                connection.write_last(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                waited.append(len(each.server.outbox) == 1)
+                each.server.outbox.flush()
+                each.server.running = 0
+                done.set()
+
+            for running in (1, 3):
+                done.clear()
+                each.loop.call_soon_threadsafe(answer, running)
+                assert done.wait(5)
+    finally:
+        each.stop()
+    assert waited == [False, True]

@@ -223,9 +223,13 @@ class HttpConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def write_last(self, data: bytes) -> None:
-        """An answer's last bytes: sent with the other answers of this pass of the loop (see outbox)."""
-        if not self.transport.is_closing():
-            self.outbox.put(self.transport, data)
+        """An answer's last bytes: sent with the other answers of this pass of the loop (see outbox),
+        or now when no other request is being answered, as none would go with it."""
+        if self.server.running > 1:
+            if not self.transport.is_closing():
+                self.outbox.put(self.transport, data)
+        else:
+            self.write(data)
 
     def close(self) -> None:
         if not self.transport.is_closing():

@@ -178,12 +178,16 @@ class Exchange:
     async def run(self, app: Any) -> None:
         """Runs the app on this exchange; an app that fails, or returns without answering, gets a 500
         (or, past its head, a closed connection) and a log record."""
+        server = self.connection.server
+        server.running += 1
         try:
             await app(self.scope, self.receive, self.send)
         except Exception:
             log.exception("unhandled error answering %s %s", self.scope["method"], self.scope["path"])
             self._fail()
             return
+        finally:
+            server.running -= 1
         if not self.complete:
             log.error("no complete answer to %s %s", self.scope["method"], self.scope["path"])
             self._fail()

@@ -11,6 +11,11 @@ the first. The frontend processes' link holds its messages for the end of the pa
 (``conch/runtime/coalescing.py``); there one socket takes them all in one write, here each answer
 has its own socket.
 
+A lone request's answer does not wait: with no other request's app running, no other answer can
+join it in this pass, and waiting cost it a pass of the loop (``conch serve`` on ``tiny``, one wrk
+connection, 5 alternating rounds: p50 175 -> 170 us, 5,465 -> 5,673 requests/s; at 32 connections
+CPU per request stayed 52.7 -> 52.4 us, 6 rounds of ``bench.grpc_cpu_ab --protocol http_json``).
+
 Only an answer's last bytes wait here. A streamed answer's earlier chunks are written at once (after
 whatever waits here, so that a connection's bytes keep their order), and so feel the transport's
 flow control as before. The flush runs with the next pass's callbacks, after that pass has read the
@@ -29,6 +34,10 @@ class Outbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiting: list[tuple[asyncio.Transport, bytes]] = []
+
+    def __len__(self) -> int:
+        """The answers waiting now."""
+        return len(self._waiting)
 
     def put(self, transport: asyncio.Transport, data: bytes) -> None:
         """``data`` goes to ``transport`` once this pass of the loop is over."""

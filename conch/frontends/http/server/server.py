@@ -48,6 +48,8 @@ class HttpServer:
         #: Set by :meth:`serve`, on the loop it serves on.
         self.outbox: Outbox = None  # type: ignore[assignment]
         self.stopping = False
+        #: Requests whose app is running now: with none but one, its answer has no other to go with.
+        self.running = 0
         self._stop = asyncio.Event()
         # Every time limit is seconds long; a sweep a quarter of the shortest apart keeps each within
         # a quarter of its value.
