@@ -150,6 +150,19 @@ def test_pipelined_whole_and_streamed_answers_keep_their_order(running: Running)
     assert b"4\r\ntwo,\r\n5\r\nthree\r\n0\r\n\r\n" in received
 
 
+def ours(each: Any, conn: socket.socket) -> Any:
+    """The server's side of the client socket ``conn`` (a readiness probe's may still be open)."""
+    port = conn.getsockname()[1]
+    return next((c for c in list(each.server.connections) if c.client and c.client[1] == port), None)
+
+
+def accepted(each: Any, conn: socket.socket) -> None:
+    """Waits until the server holds ``conn``'s connection."""
+    deadline = time.monotonic() + 5
+    while ours(each, conn) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_write_made_at_once_follows_the_answer_waiting_in_the_outbox() -> None:
     """A refusal (written at once) in the same pass as an answer's last bytes (waiting in the outbox
     while other requests are answered), as when a pipelined request's bad bytes arrive before the pass
@@ -157,12 +170,10 @@ def test_a_write_made_at_once_follows_the_answer_waiting_in_the_outbox() -> None
     each = start()
     try:
         with socket.create_connection(("127.0.0.1", each.port), timeout=5) as conn:
-            deadline = time.monotonic() + 5
-            while not each.server.connections and time.monotonic() < deadline:
-                time.sleep(0.01)
+            accepted(each, conn)
 
             def answer_then_refuse() -> None:
-                (connection,) = each.server.connections
+                connection = ours(each, conn)
                 each.server.running = 2  # another request is being answered: the answer waits
                 connection.write_last(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 assert len(each.server.outbox) == 1, "the answer should wait for the end of the pass"
@@ -281,15 +292,13 @@ def test_a_lone_answer_is_written_at_once_and_one_among_others_waits_for_the_pas
     """The outbox gathers the answers of a pass; a lone request's answer has none to go with."""
     each = start()
     try:
-        with socket.create_connection(("127.0.0.1", each.port), timeout=5):
-            deadline = time.monotonic() + 5
-            while not each.server.connections and time.monotonic() < deadline:
-                time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", each.port), timeout=5) as conn:
+            accepted(each, conn)
             waited: list[bool] = []
             done = threading.Event()
 
             def answer(running: int) -> None:
-                (connection,) = each.server.connections
+                connection = ours(each, conn)
                 each.server.running = running
                 connection.write_last(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 waited.append(len(each.server.outbox) == 1)
