@@ -60,6 +60,16 @@ def add_parser(commands: Any) -> None:
         default=os.environ.get("CONCH_URL", DEFAULT_URL),
         help=f"the server's HTTP address (CONCH_URL, default {DEFAULT_URL})",
     )
+    server.add_argument(
+        "--token",
+        default=os.environ.get("CONCH_TOKEN", ""),
+        help="a bearer token for a server with --auth jwt; changes need the admin scope (CONCH_TOKEN)",
+    )
+    server.add_argument(
+        "--ca-cert",
+        default=os.environ.get("CONCH_CA_CERT", ""),
+        help="for an https:// --url: the CA certificates (PEM) that sign the server's (CONCH_CA_CERT)",
+    )
     server.add_argument("--json", action="store_true", help="print the status JSON instead of a table")
     server.add_argument("model", metavar="MODEL", help="the model being released")
     steps = parser.add_subparsers(dest="release_command", required=True, metavar="SUBCOMMAND")
@@ -103,9 +113,11 @@ def _run(
 
     def run(args: argparse.Namespace) -> int:
         try:
-            client = ReleaseClient(args.url)
+            client = ReleaseClient(args.url, token=args.token, ca_cert=args.ca_cert)
         except ValueError as exc:
             return _fail(f"--url {exc}", USAGE_ERROR)
+        except OSError as exc:  # ssl.SSLError included: a --ca-cert that cannot be read or is not PEM
+            return _fail(f"--ca-cert {args.ca_cert}: {exc.strerror or exc}", USAGE_ERROR)
         try:
             status = call(client, args)
         except _Refusal as exc:

@@ -1,6 +1,7 @@
 """A client of a server's release API (``/v2/models/{m}/release``), for ``conch release`` and scripts.
 
-It speaks plain HTTP with the standard library's urllib: the API is a handful of JSON calls, and a
+It speaks HTTP or HTTPS with the standard library's urllib, with a bearer token where the server
+asks for one: the API is a handful of JSON calls, and a
 command that a CI step runs should not need more than conch itself installs. Every failure becomes one
 of two errors, because a person (or a CI step) acts differently on each:
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -54,9 +56,15 @@ def base_url(url: str) -> str:
 class ReleaseClient:
     """The release calls of one server, at ``url`` (``http://host:port``)."""
 
-    def __init__(self, url: str = DEFAULT_URL, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, timeout_s: float = 10.0, token: str = "", ca_cert: str = ""
+    ) -> None:
         self.url = base_url(url)
         self.timeout_s = timeout_s
+        #: A bearer token for a server with ``--auth jwt`` (release changes need the ``admin`` scope).
+        self.token = token
+        #: For ``https://``: the CA certificates (PEM) that sign the server's, when not the system's.
+        self.context = ssl.create_default_context(cafile=ca_cert) if ca_cert else None
 
     def status(self, model: str) -> dict[str, Any]:
         """``GET /v2/models/{m}/release``: state, step, weights, the gate's checks, the history."""
@@ -77,8 +85,10 @@ class ReleaseClient:
         request = urllib.request.Request(self.url + path, data=body, method=method)
         if body is not None:
             request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.context) as response:
                 answer: dict[str, Any] = json.load(response)
                 return answer
         except urllib.error.HTTPError as exc:
@@ -95,6 +105,10 @@ def unreachable_reason(error: object) -> str:
     """A socket error in a few words: ``connection refused``, ``timed out``, ``unknown host``."""
     if isinstance(error, ConnectionRefusedError):
         return "connection refused"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (
+            f"its certificate is not trusted ({error.verify_message}): pass the CA that signed it (--ca-cert)"
+        )
     if isinstance(error, TimeoutError):
         return "timed out"
     if isinstance(error, socket.gaierror):

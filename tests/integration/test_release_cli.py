@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tests.fixtures.certificates import write_certificates
+from tests.fixtures.gateway_keys import AUTH_FLAGS, bearer, write_jwks
 from tests.fixtures.onnx_models import scale_model, write_repository
 from tests.integration.server_process import ServerProcess, free_port
 
@@ -196,3 +199,44 @@ def test_gate_names_an_unreachable_prometheus_and_reads_the_file(tmp_path: Path)
     assert incomplete.stderr == "conch: release gate needs --candidate (or a --file that gives them)\n"
     assert bad_window.returncode == 2
     assert "--window must be a number with a unit s, m or h" in bad_window.stderr
+
+
+def test_a_server_with_tls_and_jwt_auth_is_driven_with_a_ca_and_a_token(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    made = write_certificates(tmp_path / "tls")
+    jwks = write_jwks(tmp_path / "jwks.json")
+    tls = ["--http-use-ssl", "true", "--http-server-cert", str(made.server_cert)]
+    tls += ["--http-server-key", str(made.server_key)]
+    secured = start_server(
+        repository(tmp_path / "models"),
+        *AUTH_FLAGS,
+        "--jwt-jwks",
+        str(jwks),
+        *tls,
+        "--state-dir",
+        str(tmp_path / "state"),
+        https=ssl.create_default_context(cafile=str(made.ca)),
+    )
+    address = f"https://localhost:{secured.http_port}"
+    admin = bearer("infer admin")["authorization"].split(" ", 1)[1]
+    reader = bearer("infer")["authorization"].split(" ", 1)[1]
+
+    ca = ["--url", address, "--ca-cert", str(made.ca)]
+    anonymous = conch("status", "walked", *ca)
+    before = conch("status", "walked", *ca, "--token", reader)
+    refused = conch("start", "walked", "-", *ca, "--token", reader, stdin=RELEASE)
+    started = conch("start", "walked", "-", *ca, "--token", admin, stdin=RELEASE)
+    read = conch("status", "walked", "--json", *ca, "--token", reader)
+    untrusted = conch("status", "walked", "--url", address, "--token", admin)
+    bad_ca = conch("status", "walked", "--url", address, "--ca-cert", str(tmp_path / "none.pem"))
+
+    assert anonymous.returncode == 1 and "token" in anonymous.stderr.lower()
+    assert before.returncode == 1 and "has no release" in before.stderr  # through TLS and auth
+    assert refused.returncode == 1 and "admin" in refused.stderr
+    assert started.returncode == 0, started.stderr
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["candidate"] == 2
+    assert untrusted.returncode == 1 and "certificate is not trusted" in untrusted.stderr
+    assert "--ca-cert" in untrusted.stderr
+    assert bad_ca.returncode == 2 and "--ca-cert" in bad_ca.stderr
