@@ -93,11 +93,15 @@ def tls_files(port: str, use_ssl: bool, cert: str, key: str, root: str, mutual: 
         raise TlsError(
             f"{flag}-use-ssl-mutual needs {flag}-root-cert: the CA that signs the clients' certificates"
         )
+    for name, path in (("server-cert", cert), ("server-key", key), ("root-cert", root)):
+        try:
+            if path:
+                Path(path).read_bytes()
+        except OSError as exc:
+            raise TlsError(f"{flag}-{name} {path}: cannot read it ({exc.strerror or exc})") from None
     files = TlsFiles(cert, key, root, mutual)
     try:
         files.ssl_context()
-    except FileNotFoundError as exc:
-        raise TlsError(f"{flag}: cannot read {exc.filename}") from None
     except (ssl.SSLError, OSError) as exc:
         raise TlsError(
             f"{flag}-server-cert, {flag}-server-key or {flag}-root-cert is not a PEM certificate and its "

@@ -200,7 +200,9 @@ def test_tls_flags_that_cannot_be_served_are_refused_naming_the_flag(
                 "--http-server-key",
                 key,
             ],
-            "--http: cannot read",
+            "--http-server-cert "
+            + str(tmp_path / "gone.crt")
+            + ": cannot read it (No such file or directory)",
         ),
         (
             ["--http-use-ssl", "true", "--http-server-cert", str(not_pem), "--http-server-key", key],
