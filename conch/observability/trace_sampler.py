@@ -19,9 +19,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from conch.observability.trace_settings import LiveTraceSettings
-
-#: The attribute naming the model on a request's server span.
-MODEL_ATTRIBUTE = "conch.model.name"
+from conch.observability.tracing import MODEL_ATTRIBUTE
 
 
 class SettingsSampler(Sampler):

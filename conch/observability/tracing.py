@@ -37,6 +37,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _CONTEXT_KEYS = tuple(_PROPAGATOR.fields)
 _CONTEXT_KEYS_BYTES = tuple(key.encode() for key in _CONTEXT_KEYS)
 GRPC_SERVICE = "inference.GRPCInferenceService"
+#: The attribute naming the model on a request's spans (the trace settings decide by it).
+MODEL_ATTRIBUTE = "conch.model.name"
 
 R = TypeVar("R")
 
@@ -178,7 +180,7 @@ def _server_request(
 
 
 def _model_attributes(protocol: str, model: str, version: str) -> dict[str, Any]:
-    return {"conch.protocol": protocol, "conch.model.name": model, "conch.model.version": version}
+    return {"conch.protocol": protocol, MODEL_ATTRIBUTE: model, "conch.model.version": version}
 
 
 async def http_request(

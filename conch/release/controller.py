@@ -223,7 +223,7 @@ class ReleaseController:
             held = self.releases.get(model)
             remote = held is not None and held.release.spec.gate.judge == "prometheus"
             if held is not None and remote and held.release.state is ReleaseState.PROGRESSING:
-                judged = await asyncio.to_thread(self._judge, model, held)
+                judged = await asyncio.to_thread(judge_step, model, held, self.clock())
                 self.check_model(model, judged, prejudged=True)
             else:
                 self.check_model(model)
@@ -239,7 +239,7 @@ class ReleaseController:
             return
         if release.state is not ReleaseState.PROGRESSING:
             return
-        judgement = judged if prejudged else self._judge(model, held)
+        judgement = judged if prejudged else judge_step(model, held, self.clock())
         if judgement is None:
             return
         held.last_judgement = judgement
@@ -259,9 +259,6 @@ class ReleaseController:
                 self._changed(model, moved)
                 if release.state is ReleaseState.PROMOTED:
                     self._pinned_changed(model)
-
-    def _judge(self, model: str, held: ModelRelease) -> Judgement | None:
-        return judge_step(model, held, self.clock())
 
     def _start_when_ready(self, model: str, held: ModelRelease, now: float) -> None:
         """``pending`` -> the first step once both versions are READY.

@@ -54,7 +54,7 @@ class ShadowRunner:
             request.inputs, list(request.output_names), request.rows, dict(request.parameters)
         )
         if request.trace is not None and tracing.tracer is not None:
-            shadow = {"conch.model.name": target.name, "conch.model.version": str(target.version)}
+            shadow = {tracing.MODEL_ATTRIBUTE: target.name, "conch.model.version": str(target.version)}
             copy.trace = request.trace.child("shadow", shadow)
         task = asyncio.get_running_loop().create_task(self._run(answered, target, copy, dict(outputs)))
         if copy.trace is not None:

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2_grpc
 
+from tests.integration.otlp_receiver import OtlpReceiver
 from tests.integration.server_process import ServerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
@@ -77,3 +78,10 @@ def grpc_stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceS
     (typed ``contents``, malformed messages)."""
     with grpc.insecure_channel(server.grpc_url) as channel:
         yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver on loopback for the module's traced servers (``receiver.url``)."""
+    with OtlpReceiver() as running:
+        yield running

@@ -60,7 +60,7 @@ def test_info_records_stop_and_start_again_as_log_info_says(
     assert _logged(server, f"after-{uuid.uuid4().hex}")
 
 
-def test_verbose_logging_over_grpc_is_debug_level_for_every_process_record(
+def test_verbose_logging_set_over_grpc_is_read_back_over_http_and_logged(
     server: ServerProcess, http: httpclient.InferenceServerClient
 ) -> None:
     with grpcclient.InferenceServerClient(server.grpc_url) as grpc:

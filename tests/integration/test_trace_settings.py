@@ -37,12 +37,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def traced(
     start_server: Callable[..., ServerProcess], repository: Path, receiver: OtlpReceiver
 ) -> ServerProcess:

@@ -10,7 +10,7 @@ import json
 import queue
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -66,12 +66,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     write_ensemble(root, "twice", ensemble_config("twice", tensors, outputs, steps, max_batch_size=8))
     return root
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from conch.observability.statistics import ModelStatistics
-from conch.observability.tracing import RequestTrace
+from conch.observability.tracing import MODEL_ATTRIBUTE, RequestTrace
 from conch.repository.model import Model, ModelVersion
 from conch.scheduling.scheduler import ScheduledRequest
 
@@ -158,7 +158,7 @@ class EnsembleScheduler:
             parameters=dict(parameters),
         )
         if trace is not None:  # the step is a span of the ensemble's request, its stages under it
-            attributes = {"conch.model.name": step.model_name, "conch.model.version": step.model_version}
+            attributes = {MODEL_ATTRIBUTE: step.model_name, "conch.model.version": step.model_version}
             request.trace = trace.child(f"step {step.model_name}", attributes)
         try:
             response = await self._infer(request)
