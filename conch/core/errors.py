@@ -18,6 +18,7 @@ class ErrorKind(enum.Enum):
     UNAUTHENTICATED = 401
     PERMISSION_DENIED = 403
     NOT_FOUND = 404
+    METHOD_NOT_ALLOWED = 405
     RATE_LIMITED = 429
     INTERNAL = 500
     UNAVAILABLE = 503
@@ -51,6 +52,19 @@ class NotFoundError(ConchError):
     """Unknown model or version (HTTP 404)."""
 
     kind = ErrorKind.NOT_FOUND
+
+
+class MethodNotAllowedError(ConchError):
+    """An HTTP path called with a method it does not take (HTTP 405, as Triton answers), with the
+    ``Allow`` header HTTP requires, listing the methods it takes."""
+
+    kind = ErrorKind.METHOD_NOT_ALLOWED
+
+    def __init__(self, method: str, allowed: tuple[str, ...], path: str = "this path") -> None:
+        super().__init__(
+            f"method {method} is not allowed on {path}; use {' or '.join(allowed)}",
+            (("allow", ", ".join(allowed)),),
+        )
 
 
 class UnauthenticatedError(ConchError):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from conch.core.errors import InvalidArgumentError, PermissionDeniedError
+from conch.core.errors import InvalidArgumentError, MethodNotAllowedError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _SETTABLE = (*_SWITCHES, _VERBOSE)
 def answer(method: str, document: dict[str, Any]) -> dict[str, Any]:
     """The log settings, after a POST's changes; a change that cannot be made is refused whole."""
     if method not in ("GET", "POST"):
-        raise InvalidArgumentError(f"method {method} is not allowed here; use GET or POST")
+        raise MethodNotAllowedError(method, ("GET", "POST"))
     if "log_file" in document:
         raise PermissionDeniedError(
             "conch does not write its log to a file named over the API (the hole of Triton's "

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from conch.core.errors import InvalidArgumentError, NotFoundError
+from conch.core.errors import MethodNotAllowedError, NotFoundError
 from conch.frontends.http.replies import Reply
 from conch.gateway.scopes import Grant
 from conch.observability import events
@@ -56,7 +56,7 @@ class StatusPage:
         if path in ("/", PAGE_PATH + "/"):
             return 302, b"", [(b"location", PAGE_PATH.encode())]
         if method != "GET":
-            raise InvalidArgumentError(f"method {method} is not allowed on {path}; use GET")
+            raise MethodNotAllowedError(method, ("GET",), path)
         if path == DATA_PATH:
             body = orjson.dumps(await self.summary(grant), option=orjson.OPT_SERIALIZE_NUMPY)
             return 200, body, [(b"content-type", b"application/json"), *_COMMON]

@@ -194,8 +194,9 @@ def test_only_get_is_allowed(start_server: Callable[..., ServerProcess], healthy
 
     reply = server.request("POST", "/v2/health/deep")
 
-    assert reply.status == 400
+    assert reply.status == 405
     assert "use GET" in reply.json()["error"]
+    assert reply.headers["allow"] == "GET"
 
 
 @pytest.mark.parametrize(

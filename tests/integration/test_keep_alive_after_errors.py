@@ -34,7 +34,7 @@ def test_refusals_before_the_body_do_not_break_the_connection(server: ServerProc
     refusals: list[tuple[str, str, bytes, int]] = [
         ("POST", "/v2/models/no-such-model/infer", BODY, 404),
         ("POST", "/v2/models/no-such-model/infer", big, 404),
-        ("PUT", "/v2/models/identity/infer", big, 400),
+        ("PUT", "/v2/models/identity/infer", big, 405),
         ("POST", "/v2/models/identity/versions/9/infer", BODY, 404),
     ]
     connection.connect()

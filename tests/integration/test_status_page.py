@@ -230,7 +230,8 @@ def test_the_page_and_its_data_are_served_as_intended(busy_server: ServerProcess
     assert data.status == 200 and data.headers["cache-control"] == "no-store"
     assert [model["name"] for model in data.json()["models"]] == [HOSTILE, "doomed", "flaky", "scored"]
     refused = busy_server.request("POST", "/ui/status.json")
-    assert refused.status == 400 and "use GET" in refused.json()["error"]
+    assert refused.status == 405 and "use GET" in refused.json()["error"]
+    assert refused.headers["allow"] == "GET"
     assert busy_server.request("GET", "/ui/nothing-here").status == 404
 
 

@@ -338,7 +338,10 @@ class HttpFrontend:
         """``GET|POST /v2/models/{m}/release`` and ``POST /v2/models/{m}/release/{action}``."""
         if not action and method == "GET":
             return json_reply(200, self.server.release_status(name))
-        require(method, "POST")
+        if action:
+            require(method, "POST")
+        else:
+            require(method, "GET", "POST")
         if action:
             return json_reply(200, self.server.release_action(name, action[0]))
         body = await read_body(scope, receive, self.max_body_bytes)
@@ -349,7 +352,7 @@ class HttpFrontend:
         """``GET|POST /v2[/models/{m}]/trace/setting``: Triton's trace extension."""
         if method == "GET":
             return json_reply(200, self.server.trace_settings(model))
-        require(method, "POST")
+        require(method, "GET", "POST")
         body = await read_body(scope, receive, self.max_body_bytes)
         return json_reply(200, self.server.trace_settings(model, self._body_object(body)))
 

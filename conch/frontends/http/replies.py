@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from conch.core.errors import ConchError, InvalidArgumentError
+from conch.core.errors import ConchError, MethodNotAllowedError
 from conch.frontends.http import infer_codec
 
 Scope = dict[str, Any]
@@ -36,9 +36,10 @@ def header_length(scope: Scope) -> int | None:
     return None
 
 
-def require(method: str, allowed: str) -> None:
-    if method != allowed:
-        raise InvalidArgumentError(f"method {method} is not allowed here; use {allowed}")
+def require(method: str, *allowed: str) -> None:
+    """A 405 naming ``allowed`` (in its ``Allow`` header too) unless ``method`` is one of them."""
+    if method not in allowed:
+        raise MethodNotAllowedError(method, allowed)
 
 
 def get_json(method: str, produce: Callable[[], Any]) -> Reply:
