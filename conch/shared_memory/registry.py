@@ -29,6 +29,18 @@ CUDA_REFUSAL = (
 )
 
 
+def cuda_status(region: str) -> list[dict[str, Any]]:
+    """CUDA shared memory's status, as Triton answers where none is registered: no region at all, and
+    a named region is unknown (a 404). Clients that list or clean up regions at start then go on;
+    registering one is still refused with :data:`CUDA_REFUSAL`."""
+    if region:
+        raise NotFoundError(
+            f"Unable to find cuda shared memory region: '{region}'; conch registers no CUDA shared "
+            "memory (use system shared memory)"
+        )
+    return []
+
+
 def check_bounds(name: str, region_size: int, offset: int, byte_size: int) -> None:
     """Triton's checks of a tensor's place in a region of ``region_size`` bytes (a 400 naming the fix)."""
     if offset < 0 or offset >= region_size:

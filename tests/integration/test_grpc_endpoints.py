@@ -286,8 +286,8 @@ def test_server_still_serves_after_errors(grpc_client: grpcclient.InferenceServe
     assert result.get_response().model_version == "2"  # the newest version by default
 
 
-#: The CUDA shared-memory methods conch refuses with a clear INVALID_ARGUMENT (nothing can be shared).
-CUDA_SHARED_MEMORY = {"CudaSharedMemoryRegister", "CudaSharedMemoryStatus"}
+#: The CUDA shared-memory method conch refuses with a clear INVALID_ARGUMENT (nothing can be shared).
+CUDA_SHARED_MEMORY = {"CudaSharedMemoryRegister"}
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 UNARY = sorted(m.name for m in SERVICE.methods if not m.client_streaming and not m.server_streaming)
 

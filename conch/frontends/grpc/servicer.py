@@ -25,7 +25,7 @@ from conch.observability.inference_log import InferenceLog, note_error, note_req
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
-from conch.shared_memory.registry import CUDA_REFUSAL, registry_of
+from conch.shared_memory.registry import CUDA_REFUSAL, cuda_status, registry_of
 from conch.shared_memory.tensors import RegionLeases
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.regions.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        await _abort(context, InvalidArgumentError(CUDA_REFUSAL))
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        await _call(context, lambda: cuda_status(request.name))  # no region: an empty answer
+        return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         await _abort(context, InvalidArgumentError(CUDA_REFUSAL))

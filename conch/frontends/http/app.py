@@ -41,7 +41,7 @@ from conch.observability.inference_log import InferenceLog, note_request, note_r
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
-from conch.shared_memory.registry import registry_of
+from conch.shared_memory.registry import cuda_status, registry_of
 from conch.shared_memory.tensors import RegionLeases
 from conch.status_page.page import StatusPage, is_status_path
 
@@ -326,6 +326,8 @@ class HttpFrontend:
         if route[0] == "cudasharedmemory":
             if action == "unregister":  # nothing can be registered, so nothing is left registered
                 return 200, b"", []
+            if action == "status":
+                return json_reply(200, cuda_status(region))
             raise InvalidArgumentError(shared_memory_routes.CUDA_REFUSAL)
         body = await read_body(scope, receive, self.max_body_bytes) if action == "register" else b""
         document = self._body_object(body)
