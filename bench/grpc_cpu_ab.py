@@ -9,6 +9,9 @@ runs; the server's utime+stime (``/proc/PID/stat``) over the calls it answered
 the ``tiny`` model, warms it with perf_analyzer, then measures one perf_analyzer run at 32 clients
 (perf_analyzer's shapes as ``bench.loadgen`` gives them). The trees take turns going first, so that
 neither always meets the machine as the other left it. Prints each round, then medians and worsts.
+
+``--serve-args "--frontends 2"`` passes flags to both servers; the CPU counted is then the model
+process's and its frontend processes' together (its children), per call.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import csv
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -24,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench import loadgen
@@ -35,8 +40,10 @@ _SUCCESS = re.compile(r'^nv_inference_request_success\{model="tiny",version="1"\
 
 
 def _cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and of its children alive now (the frontend processes of ``--frontends``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS + sum(_cpu_s(int(child)) for child in children)
 
 
 def _calls(metrics_port: int) -> float:
@@ -71,12 +78,18 @@ def _wrk(http_port: int, seconds: float, workdir: Path) -> float:
 
 
 def measure(
-    tree: Path, repository: Path, first_port: int, workdir: Path, protocol: str = "grpc"
+    tree: Path,
+    repository: Path,
+    first_port: int,
+    workdir: Path,
+    protocol: str = "grpc",
+    serve_args: Sequence[str] = (),
 ) -> tuple[float, float]:
     """(microseconds of server CPU per call, calls/s) of ``conch serve`` run from ``tree``."""
     http, grpc_port, metrics = first_port, first_port + 1, first_port + 2
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += ["--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics)]
+    command += serve_args
     server = subprocess.Popen(command, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -116,6 +129,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--protocol", choices=["grpc", "http_json"], default="grpc")
     parser.add_argument("--port", type=int, default=18110, help="first of the six ports used")
+    parser.add_argument("--serve-args", default="", help='flags for both servers, "--frontends 2" say')
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "new": args.new.resolve()}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
@@ -127,7 +141,9 @@ def main() -> None:
             order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in order:
                 port = args.port if name == "base" else args.port + 3
-                cost, throughput = measure(trees[name], repository, port, workdir, args.protocol)
+                cost, throughput = measure(
+                    trees[name], repository, port, workdir, args.protocol, shlex.split(args.serve_args)
+                )
                 results[name].append((cost, throughput))
                 print(f"round {round_} {name}: {cost:.1f} us CPU/call, {throughput:,.0f} calls/s", flush=True)
     for name, rows in results.items():

@@ -163,7 +163,8 @@ class FrontendLink:
             self.pid = int(message["pid"])
 
     def _run(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+        assert self.connection.loop is not None  # attached, on this loop
+        task = self.connection.loop.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -111,7 +111,8 @@ class ModelLink:
         if self.closed.is_set():
             raise UnavailableError(_GONE)
         call_id = message["id"] = next(self._ids)
-        reply = self._waiting[call_id] = asyncio.get_running_loop().create_future()
+        assert self.connection.loop is not None  # attached, on this loop
+        reply = self._waiting[call_id] = self.connection.loop.create_future()
         self.in_flight.enter()
         if self.poll is not None and self.in_flight.count == 1:
             self.poll.server_idle()  # a lone request: poll for its answer

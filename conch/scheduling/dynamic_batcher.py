@@ -85,6 +85,9 @@ class DynamicBatcher:
         self._statistics = statistics
         self._clock = clock
         self._wakeup: asyncio.Future[None] | None = None
+        #: The timer for when the batcher must look again (:meth:`_arm`), and that moment (clock ns).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
         #: The event loop of the first request; the batching task runs there.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_task: asyncio.Task[None] | None = None
@@ -114,6 +117,8 @@ class DynamicBatcher:
         """Stop forming batches; requests still queued are answered 503."""
         if self._loop_task is not None:
             self._loop_task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         for pending in self._queue.drain():
             self._finish(pending, UnavailableError("the model is unloading"))
         self._pool.close()
@@ -144,19 +149,42 @@ class DynamicBatcher:
             batch, wake_at = self._queue.next_batch(now, self._outstanding)
             if batch:
                 return batch
-            await self._sleep(None if wake_at is None else max(wake_at - now, 0) / 1e9)
+            await self._sleep(wake_at, now)
 
-    async def _sleep(self, seconds: float | None) -> None:
-        """Until a request arrives or ``seconds`` pass: a bare future and one timer, no task."""
-        loop = asyncio.get_running_loop()
-        self._wakeup = loop.create_future()
-        timer = loop.call_later(seconds, self._wake) if seconds is not None else None
+    async def _sleep(self, wake_at: int | None, now: int) -> None:
+        """Until a request arrives or the clock reaches ``wake_at`` (None: no time limit): a bare
+        future and the batcher's one timer, no task."""
+        self._arm(wake_at, now)
+        assert self._loop is not None
+        self._wakeup = self._loop.create_future()
         try:
             await self._wakeup
         finally:
             self._wakeup = None
-            if timer is not None:
-                timer.cancel()
+
+    def _arm(self, wake_at: int | None, now: int) -> None:
+        """Sets the timer to ring at ``wake_at``, keeping the one already set for that moment.
+
+        Why: while a batch gathers, each arriving request wakes the batcher, which finds the batch
+        not yet due and sleeps again until the same moment (the oldest request's queue delay). Behind
+        ``--frontends``, whose requests arrive a few per turn of the loop, that was about one sleep
+        a request, and a new timer with the old one cancelled each time (``call_later`` and
+        ``cancel``: 1.6 us). A timer that rings when nobody sleeps wakes nothing (:meth:`_wake`).
+        """
+        if wake_at == self._timer_at and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = wake_at
+        if wake_at is None:
+            self._timer = None
+            return
+        assert self._loop is not None
+        self._timer = self._loop.call_later(max(wake_at - now, 0) / 1e9, self._ring)
+
+    def _ring(self) -> None:
+        self._timer = self._timer_at = None
+        self._wake()
 
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():

@@ -15,7 +15,11 @@ from typing import Any
 
 from conch.backends.python.stub import conch_ipc
 
-_CHUNK = 1 << 20
+#: Bytes read at a time. Under the allocator's mmap threshold (128 KiB), so each read's buffer comes
+#: from the heap: a 1 MiB read cost an mmap, an mremap and a munmap every time (strace of the model
+#: process behind ``--frontends``, ~13 requests a read), where the messages are small dictionaries
+#: (tensors travel in segments) and a larger one is read on in more chunks.
+_CHUNK = 1 << 16
 
 
 class LoopConnection:
