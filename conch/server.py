@@ -95,8 +95,8 @@ class InferenceServer:
         Every refusal starts with Triton's ``failed to load '<name>'``, as clients match it."""
         try:
             override = config_override(parameters)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"failed to load '{name}': {exc.message}") from None
+        except InvalidArgumentError as exc:  # its own class: a refusal of files has its gRPC status
+            raise type(exc)(f"failed to load '{name}': {exc.message}") from None
         if self.control is None:
             raise UnavailableError("this server cannot load models: it serves a fixed repository")
         await self.control.load(name, override)

@@ -15,7 +15,17 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import ErrorKind, InvalidArgumentError
+
+
+class FilesRefusedError(InvalidArgumentError):
+    """``file:`` load parameters: a 400 over HTTP, and over gRPC the INTERNAL status and words
+    ("failed to poll from model repository") Triton answers when it cannot write a load's files,
+    which its own ``simple_grpc_model_control.py`` example checks for (its TODO says INVALID_ARGUMENT
+    would fit better; the example is what clients run)."""
+
+    grpc_kind = ErrorKind.INTERNAL
+
 
 #: Load parameters conch understands; anything else is refused so a typo is not silently ignored.
 KNOWN_LOAD_PARAMETERS = ("config",)
@@ -26,9 +36,10 @@ def config_override(parameters: Mapping[str, Any]) -> mc.ModelConfig | None:
     """The override in ``parameters["config"]``, parsed; None when there is none."""
     files = sorted(key for key in parameters if key.startswith("file:"))
     if files:
-        raise InvalidArgumentError(
-            f"load parameters {files} are refused: conch does not write files into the model repository "
-            "through the API; put the files in the repository (for example with conch install), then load"
+        raise FilesRefusedError(
+            f"failed to poll from model repository: load parameters {files} are refused: conch does not "
+            "write files into the model repository through the API; put the files in the repository "
+            "(for example with conch install), then load"
         )
     _check_known(parameters, KNOWN_LOAD_PARAMETERS, "load")
     text = parameters.get("config")

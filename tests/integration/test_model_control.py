@@ -202,7 +202,8 @@ def test_load_unload_and_config_override_over_http_and_grpc(
             "scaled",
             {"file:1/model.onnx": "AAAA"},
             400,
-            "failed to load 'scaled': load parameters ['file:1/model.onnx'] are refused",
+            "failed to load 'scaled': failed to poll from model repository: load parameters "
+            "['file:1/model.onnx'] are refused",
         ),
         ("scaled", {"config": 3}, 400, "must be a string holding the model config as JSON"),
         ("scaled", {"colour": "red"}, 400, "unknown load parameter(s) ['colour']"),
@@ -226,6 +227,28 @@ def test_bad_loads_are_refused_and_change_nothing(
     assert "/tmp" not in reply.json()["error"]
     client = httpclient.InferenceServerClient(server.http_url)
     assert client.is_model_ready("scaled") and client.get_model_config("scaled")["max_batch_size"] == 8
+
+
+def test_files_in_a_grpc_load_are_refused_as_triton_refuses_files_it_cannot_write(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """What Triton's own simple_grpc_model_control.py example checks: INTERNAL and "failed to poll
+    from model repository" for a file it cannot write (a name longer than the system allows); conch
+    refuses every file so, and the server and the model go on. HTTP answers 400 (the test above)."""
+    root = scaled_repository(tmp_path / "models")
+    server = start_server(root, "--model-control-mode", "explicit", "--load-model", "*")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    for files in ({"file:" + "A" * 256: b"a"}, {"file:1/model.onnx": b"not a model"}):
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("scaled", config="{}", files=files)
+        assert caught.value.status() == "StatusCode.INTERNAL"
+        assert "failed to poll from model repository" in (caught.value.message() or "")
+        assert "put the files in the repository" in (caught.value.message() or "")
+
+    assert client.is_server_live() and client.is_model_ready("scaled")
+    assert client.get_model_config("scaled").config.max_batch_size == 8
+    assert (root / "scaled" / "1" / "model.onnx").read_bytes()[:4] != b"not "
 
 
 def test_unload_of_an_unknown_model_is_a_404_and_none_mode_refuses_both(
