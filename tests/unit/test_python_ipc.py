@@ -102,3 +102,9 @@ def test_a_dropped_segment_is_forgotten_by_its_reader(pool: conch_ipc.SegmentPoo
         assert not (conch_ipc.SHM_DIR / name).exists()
         reader.forget(name)
     assert len(reader._maps) == conch_ipc.KEPT_FREE  # no mapping (and its descriptor) left behind
+
+
+def test_a_frame_holding_a_list_gives_its_messages_one_by_one_in_order() -> None:
+    frames = conch_ipc.encode_frame([{"op": "a"}, {"op": "b"}]) + conch_ipc.encode_frame({"op": "c"})
+    buffer = bytearray(frames)
+    assert conch_ipc.split_frames(buffer) == [{"op": "a"}, {"op": "b"}, {"op": "c"}] and not buffer

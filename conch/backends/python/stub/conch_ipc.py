@@ -127,14 +127,15 @@ class Channel:
         return b"".join(chunks)
 
 
-def encode_frame(message: dict[str, Any]) -> bytes:
-    """One message as it travels (for writers that send without :class:`Channel`)."""
+def encode_frame(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """One message, or a list of them, as it travels (for writers that send without :class:`Channel`)."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(payload)) + payload
 
 
 def split_frames(buffer: bytearray) -> list[dict[str, Any]]:
-    """The complete messages at the start of ``buffer``, removed from it; a partial one stays."""
+    """The complete messages at the start of ``buffer``, removed from it; a partial one stays. A frame
+    may hold a list of messages (a turn's, ``conch.runtime.coalescing``): they come one by one."""
     messages = []
     start = 0
     # Unpickled from a view of the buffer: slicing the bytearray copied each message twice.
@@ -144,7 +145,11 @@ def split_frames(buffer: bytearray) -> list[dict[str, Any]]:
             end = start + _LENGTH.size + length
             if end > len(view):
                 break
-            messages.append(pickle.loads(view[start + _LENGTH.size : end]))
+            found = pickle.loads(view[start + _LENGTH.size : end])
+            if type(found) is list:
+                messages.extend(found)
+            else:
+                messages.append(found)
             start = end
     del buffer[:start]
     return messages
