@@ -41,7 +41,7 @@ from conch.observability.inference_log import InferenceLog, note_request, note_r
 from conch.observability.tracing import RequestTrace
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
-from conch.shared_memory.registry import cuda_status, registry_of
+from conch.shared_memory.registry import registry_of
 from conch.shared_memory.tensors import RegionLeases
 from conch.status_page.page import StatusPage, is_status_path
 
@@ -194,7 +194,9 @@ class HttpFrontend:
                 await self.server.unload_model(route[2], parameters)
             return 200, b"", []
         if route[0] in ("systemsharedmemory", "cudasharedmemory"):
-            return await self._shared_memory_route(scope, receive, method, route)
+            return await shared_memory_routes.reply(
+                self.regions, scope, receive, route, self.max_body_bytes, self.json_depth
+            )
         if route == ["models", "stats"]:
             require(method, "GET")
             stats = await self.server.statistics()
@@ -314,25 +316,6 @@ class HttpFrontend:
             log.exception("generate_stream on %s failed", scope["path"])
             await chunk(generate.event({"error": "internal server error"}))
         await send({"type": "http.response.body", "body": b""})
-
-    async def _shared_memory_route(
-        self, scope: Scope, receive: Receive, method: str, route: list[str]
-    ) -> Reply:
-        parsed = shared_memory_routes.parse_route(route)
-        if parsed is None:
-            raise NotFoundError(f"no route for {scope['path']}")
-        region, action = parsed
-        require(method, "GET" if action == "status" else "POST")
-        if route[0] == "cudasharedmemory":
-            if action == "unregister":  # nothing can be registered, so nothing is left registered
-                return 200, b"", []
-            if action == "status":
-                return json_reply(200, cuda_status(region))
-            raise InvalidArgumentError(shared_memory_routes.CUDA_REFUSAL)
-        body = await read_body(scope, receive, self.max_body_bytes) if action == "register" else b""
-        document = self._body_object(body)
-        answer = shared_memory_routes.answer(self.regions, region, action, document)
-        return (200, b"", []) if answer is None else json_reply(200, answer)
 
     async def _release_route(
         self, scope: Scope, receive: Receive, method: str, name: str, action: list[str]

@@ -1,4 +1,5 @@
-"""``/v2/systemsharedmemory[/region/{name}]/status|register|unregister``, and the CUDA routes' refusal.
+"""``/v2/systemsharedmemory[/region/{name}]/status|register|unregister``, and the CUDA routes:
+nothing can be registered there, so status lists no region and register is refused.
 
 The bodies are Triton's: status answers ``[{"name", "key", "offset", "byte_size"}]``; register takes
 ``{"key", "offset", "byte_size"}``; unregister without a region name unregisters every region.
@@ -8,10 +9,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from conch.core.errors import InvalidArgumentError
-from conch.shared_memory.registry import CUDA_REFUSAL, SharedMemoryRegistry
+from conch.core.errors import InvalidArgumentError, NotFoundError
+from conch.frontends.http.body import read_body
+from conch.frontends.http.infer_codec import load_json_object
+from conch.frontends.http.replies import Receive, Reply, Scope, json_reply, require
+from conch.shared_memory.registry import CUDA_REFUSAL, SharedMemoryRegistry, cuda_status
 
-__all__ = ["CUDA_REFUSAL", "answer", "parse_route"]
+__all__ = ["CUDA_REFUSAL", "answer", "parse_route", "reply"]
+
+
+async def reply(
+    registry: SharedMemoryRegistry,
+    scope: Scope,
+    receive: Receive,
+    route: list[str],
+    max_body_bytes: int,
+    json_depth: int,
+) -> Reply:
+    """The answer to ``/v2/{system,cuda}sharedmemory/...``, ``route`` being the path after ``/v2``."""
+    parsed = parse_route(route)
+    if parsed is None:
+        raise NotFoundError(f"no route for {scope['path']}")
+    region, action = parsed
+    require(scope["method"], "GET" if action == "status" else "POST")
+    if route[0] == "cudasharedmemory":
+        if action == "unregister":  # nothing can be registered, so nothing is left registered
+            return 200, b"", []
+        if action == "status":
+            return json_reply(200, cuda_status(region))
+        raise InvalidArgumentError(CUDA_REFUSAL)
+    body = await read_body(scope, receive, max_body_bytes) if action == "register" else b""
+    document = load_json_object(body, json_depth) if body else {}
+    answer_of = answer(registry, region, action, document)
+    return (200, b"", []) if answer_of is None else json_reply(200, answer_of)
 
 
 def parse_route(route: list[str]) -> tuple[str, str] | None:
