@@ -310,7 +310,9 @@ class InferenceServer:
     ) -> ScheduledRequest:
         """The request checked against the served version's config, on its way to the scheduler."""
         config, parameters = served.config, request.parameters
-        inputs, output_names = validate_request(request, config, served.max_batch_size_completed)
+        inputs, output_names = validate_request(
+            request, config, served.max_batch_size_completed, served.request_rules
+        )
         if "sequence_id" in parameters and not config.HasField("sequence_batching"):
             refuse_sequence_parameters(parameters, request.model_name)
         rows = request.batch_size(config.max_batch_size > 0)

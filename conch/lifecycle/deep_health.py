@@ -342,7 +342,9 @@ async def _run_probe(version: ModelVersion, model_dir: Path) -> None:
     ]
     request = InferenceRequest(model_name=version.name, model_version=str(version.version), inputs=tensors)
     # The server's own checks, so a probe the model would refuse says why, as a client would hear it.
-    inputs, output_names = validate_request(request, config, version.max_batch_size_completed)
+    inputs, output_names = validate_request(
+        request, config, version.max_batch_size_completed, version.request_rules
+    )
     if version.scheduler is None:
         raise InternalError("the version is READY but has no scheduler")
     # No in_flight: a probe is not traffic for busy polling, and never runs inline on the event loop,

@@ -226,3 +226,19 @@ def test_a_shape_with_any_size_dimensions_fits_any_size_there() -> None:
     inputs, _ = validate_request(request(image(batch=3), ids(batch=3, length=11)), CONFIG)
 
     assert inputs["ids"].shape == (3, 11)
+
+
+def test_a_served_version_reads_its_rules_once_and_checks_by_them() -> None:
+    from conch.repository.model import ModelVersion
+
+    version = ModelVersion("tagger", 1, CONFIG)
+    rules = version.request_rules
+
+    assert version.request_rules is rules, "a served version keeps the rules it read"
+    assert list(rules.inputs) == ["image", "ids", "mask"]
+    inputs, _ = validate_request(request(image(), ids()), CONFIG, rules=rules)
+    assert list(inputs) == ["image", "ids"]
+    with pytest.raises(InvalidArgumentError, match="unexpected inference input 'extra'"):
+        validate_request(
+            request(image(), ids(), Tensor("extra", "FP32", np.zeros((2, 4)))), CONFIG, rules=rules
+        )
