@@ -319,6 +319,12 @@ class BatchQueue:
             and in_server >= max(self._recent_in_server)
         )
 
+    def all_here(self, in_server: int) -> bool:
+        """Every request in the server is queued, and no more have been in the server at once in the
+        recent batches: clients that each wait on their answer have all sent, so the batcher's turns
+        of the loop before a batch (:mod:`conch.scheduling.dynamic_batcher`) would bring no one."""
+        return self._every_client_here(len(self), in_server)
+
     def _taken(self, count: int, in_server: int | None) -> list[PendingRequest]:
         if in_server is not None:
             self._recent_in_server.append(max(self._in_server_since_batch, in_server))

@@ -5,7 +5,8 @@ Waiting for the instance *before* forming a batch is what makes batches grow und
 instance computes, requests accumulate, and the next batch takes them all. With one event loop
 reading requests and sending answers, some of them are still on their way through the frontend when
 the instance frees, so the batcher first gives the loop a few turns (:data:`TURNS_BEFORE_A_BATCH`, more
-for a model whose executions are long: :func:`turns_before_a_batch`).
+for a model whose executions are long: :func:`turns_before_a_batch`), fewer once every client that
+has lately been waiting on the server is queued.
 
 A batch runs in a task of its own, so the batching task can form the next one for another instance.
 For a single instance fast enough to run on the event loop (``InstancePool.always_inline``), the
@@ -128,7 +129,7 @@ class DynamicBatcher:
             instance = await self._pool.acquire()
             try:
                 if self._outstanding > 1:
-                    await _loop_turns(turns_before_a_batch(self._pool.average_execution_ns))
+                    await self._turns_for_company(turns_before_a_batch(self._pool.average_execution_ns))
                 batch = await self._next_batch()
             except BaseException:
                 self._pool.release(instance)
@@ -140,6 +141,21 @@ class DynamicBatcher:
             task = asyncio.create_task(self._execute(instance, batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    async def _turns_for_company(self, turns: int) -> None:
+        """Up to ``turns`` turns of the loop, fewer once every client is here (``BatchQueue.all_here``).
+
+        Why stop early: each turn costs the loop a poll of its sockets (``epoll_wait``), and at 32
+        clients on ``tiny`` the 40 turns were 1.25 polls a request, where the last of the clients'
+        requests had arrived a few turns in. Stopping then: 53.1 -> 51.9 us of server CPU a request,
+        18,794 -> 19,273 requests/s (6 alternating rounds of ``bench.grpc_cpu_ab --protocol
+        http_json``, 2-core VM), batches still of 31.9 requests.
+        """
+        queue = self._queue
+        for _ in range(turns):
+            if queue.all_here(self._outstanding):
+                return
+            await _loop_turns(1)
 
     async def _next_batch(self) -> list[PendingRequest]:
         while True:

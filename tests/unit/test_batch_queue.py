@@ -541,3 +541,19 @@ def test_without_the_adaptive_delay_every_batch_waits() -> None:
     text = ADAPTIVE + ' parameters { key: "adaptive_queue_delay" value: { string_value: "false" } }'
 
     assert not any(closed_loop_rounds(BatchQueue(settings(text)), clients=4, rounds=8))
+
+
+def test_all_here_once_every_recent_client_is_queued() -> None:
+    fresh = BatchQueue(settings(ADAPTIVE))
+    for index in range(4):
+        fresh.add(scheduled(), now=index * US, overlapping=index > 0, in_server=index + 1)
+    assert not fresh.all_here(4), "with no history, more clients may be coming"
+
+    queue = BatchQueue(settings(ADAPTIVE))
+    closed_loop_rounds(queue, clients=4, rounds=8)
+    assert len(queue) == 0
+    for index in range(3):
+        queue.add(scheduled(), now=(50_000 + index) * US, overlapping=True, in_server=index + 2)
+    assert not queue.all_here(4), "the fourth client's request is still in the server"
+    queue.add(scheduled(), now=50_004 * US, overlapping=True, in_server=4)
+    assert queue.all_here(4)

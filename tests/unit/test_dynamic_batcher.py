@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import statistics
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -14,7 +16,7 @@ from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import REJECT, BatchingSettings, QueuePolicy
-from conch.scheduling.dynamic_batcher import DynamicBatcher
+from conch.scheduling.dynamic_batcher import TURNS_BEFORE_A_BATCH, DynamicBatcher
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
@@ -526,5 +528,53 @@ def test_a_fast_single_instance_runs_its_batches_in_the_batching_task() -> None:
         assert instance.task_names[-1] == "conch-batcher", "no task of its own once always inline"
         assert statistics.execution_count == 40
         batcher.close()
+
+    run(scenario)
+
+
+class CountsTurns(AddOne):
+    """AddOne that notes, at each execution, how many turns the event loop has made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns = 0
+        self.turns_at_runs: list[int] = []
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        self.turns_at_runs.append(self.turns)
+        return super().run(inputs, output_names, timing)
+
+
+def test_the_turns_before_a_batch_stop_once_every_waiting_client_has_sent() -> None:
+    """Four clients, each sending again as soon as it is answered: once the batches have shown that
+    four is all there are, the batcher stops giving the loop turns as soon as the four are queued,
+    instead of giving all 40 (each turn polls the sockets: a system call per turn)."""
+
+    async def scenario() -> None:
+        instance = CountsTurns()
+        batcher, _ = make_batcher(instance)
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            instance.turns += 1
+            loop.call_soon(tick)
+
+        loop.call_soon(tick)
+
+        async def client(value: float) -> None:
+            for _ in range(20):
+                await batcher.schedule(scheduled(value))
+
+        await asyncio.gather(*(client(v) for v in range(4)))
+        batcher.close()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(instance.turns_at_runs)]
+
+        assert instance.batch_sizes[1:] == [4] * (len(instance.batch_sizes) - 1)
+        assert min(gaps[:3]) >= TURNS_BEFORE_A_BATCH, "with no history, every turn is given"
+        # Each execution runs on the worker thread and takes a few turns of its own (5 to 30 here),
+        # so the turns between two executions are the batcher's 40 and those, or those alone.
+        assert statistics.median(gaps[8:]) < TURNS_BEFORE_A_BATCH, gaps
 
     run(scenario)
