@@ -1,12 +1,12 @@
 """``python -m bench.grpc_cpu_ab BASE NEW``: server CPU per gRPC ModelInfer call in two trees, A/B.
 
 ``--protocol http_json`` measures HTTP JSON inference requests instead, sent by wrk with the sweep's
-body (one row of ``tiny``), as ``bench.sweep`` sends them.
+body (one row of the model, ``tiny`` unless ``--model``), as ``bench.sweep`` sends them.
 
 Why CPU per call rather than calls/s alone: on a shared 2-core machine, calls/s follows whatever else
 runs; the server's utime+stime (``/proc/PID/stat``) over the calls it answered
 (``nv_inference_request_success``) moves much less. Each round starts ``conch serve`` from each tree on
-the ``tiny`` model, warms it with perf_analyzer, then measures one perf_analyzer run at 32 clients
+the model (``--model``, ``tiny`` by default), warms it with perf_analyzer, then measures one perf_analyzer run at 32 clients
 (perf_analyzer's shapes as ``bench.loadgen`` gives them). The trees take turns going first, so that
 neither always meets the machine as the other left it. Prints each round, then medians and worsts.
 
@@ -36,7 +36,10 @@ from bench.loadgen import PERF_ANALYZER
 from bench.models import MODELS, write_conch_repository
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-_SUCCESS = re.compile(r'^nv_inference_request_success\{model="tiny",version="1"\} (\S+)', re.M)
+
+
+def _success(model: str) -> re.Pattern[str]:
+    return re.compile(rf'^nv_inference_request_success\{{model="{model}",version="1"\}} (\S+)', re.M)
 
 
 def _cpu_s(pid: int) -> float:
@@ -46,31 +49,31 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS + sum(_cpu_s(int(child)) for child in children)
 
 
-def _calls(metrics_port: int) -> float:
+def _calls(metrics_port: int, model: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
-        found = _SUCCESS.search(answer.read().decode())
+        found = _success(model).search(answer.read().decode())
     if found is None:
-        raise RuntimeError("the server's metrics have no success count for 'tiny'")
+        raise RuntimeError(f"the server's metrics have no success count for '{model}'")
     return float(found.group(1))
 
 
-def _perf_analyzer(grpc_port: int, window_ms: int, workdir: Path) -> float:
+def _perf_analyzer(grpc_port: int, window_ms: int, workdir: Path, model: str) -> float:
     """Calls/s at 32 clients over three windows (``-s 100``: any three, a shared machine rarely agrees)."""
     report = workdir / f"pa-{grpc_port}.csv"
-    command = [str(PERF_ANALYZER), "-m", "tiny", "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc"]
+    command = [str(PERF_ANALYZER), "-m", model, "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc"]
     command += ["--concurrency-range", "32", "-p", str(window_ms), "-s", "100", "-r", "3"]
-    command += ["--shape", f"INPUT0:{MODELS['tiny'][0]}", "-f", str(report)]
+    command += ["--shape", f"INPUT0:{MODELS[model][0]}", "-f", str(report)]
     subprocess.run(command, capture_output=True, timeout=120, check=False)
     with report.open() as rows:
         return float(next(csv.DictReader(rows))["Inferences/Second"])
 
 
-def _wrk(http_port: int, seconds: float, workdir: Path) -> float:
-    """Requests/s of 32 wrk connections POSTing ``tiny``'s JSON body."""
-    body = workdir / "tiny.json"
+def _wrk(http_port: int, seconds: float, workdir: Path, model: str) -> float:
+    """Requests/s of 32 wrk connections POSTing ``model``'s JSON body."""
+    body = workdir / f"{model}.json"
     if not body.exists():
-        body.write_bytes(loadgen.infer_body("tiny"))
-    url = f"http://127.0.0.1:{http_port}/v2/models/tiny/infer"
+        body.write_bytes(loadgen.infer_body(model))
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/infer"
     result = loadgen.run_wrk(url, body, 32, seconds, workdir)
     if not result.ok:
         raise RuntimeError(f"wrk failed: {result.failure}")
@@ -84,6 +87,7 @@ def measure(
     workdir: Path,
     protocol: str = "grpc",
     serve_args: Sequence[str] = (),
+    model: str = "tiny",
 ) -> tuple[float, float]:
     """(microseconds of server CPU per call, calls/s) of ``conch serve`` run from ``tree``."""
     http, grpc_port, metrics = first_port, first_port + 1, first_port + 2
@@ -95,7 +99,7 @@ def measure(
         deadline = time.monotonic() + 30
         while True:
             try:
-                _calls(metrics)
+                _calls(metrics, model)
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -104,14 +108,14 @@ def measure(
 
         def load(seconds: float) -> float:
             if protocol == "http_json":
-                return _wrk(http, seconds, workdir)
-            return _perf_analyzer(grpc_port, round(seconds * 1000), workdir)
+                return _wrk(http, seconds, workdir, model)
+            return _perf_analyzer(grpc_port, round(seconds * 1000), workdir, model)
 
         load(1.0)  # warm-up: the batcher and the acceptors settle
-        cpu, calls = _cpu_s(server.pid), _calls(metrics)
+        cpu, calls = _cpu_s(server.pid), _calls(metrics, model)
         # perf_analyzer measures three 3 s windows; wrk one stretch, as long as those windows together.
         throughput = load(3.0 if protocol == "grpc" else 9.0)
-        cpu, calls = _cpu_s(server.pid) - cpu, _calls(metrics) - calls
+        cpu, calls = _cpu_s(server.pid) - cpu, _calls(metrics, model) - calls
         return cpu / calls * 1e6, throughput
     finally:
         server.send_signal(signal.SIGINT)
@@ -130,19 +134,21 @@ def main() -> None:
     parser.add_argument("--protocol", choices=["grpc", "http_json"], default="grpc")
     parser.add_argument("--port", type=int, default=18110, help="first of the six ports used")
     parser.add_argument("--serve-args", default="", help='flags for both servers, "--frontends 2" say')
+    parser.add_argument("--model", default="tiny", choices=sorted(MODELS), help="a bench model (tiny)")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "new": args.new.resolve()}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
         repository = workdir / "repo"
-        write_conch_repository(repository, ["tiny"])
+        write_conch_repository(repository, [args.model])
         for round_ in range(args.rounds):
             order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
             for name in order:
                 port = args.port if name == "base" else args.port + 3
+                serve_args = shlex.split(args.serve_args)
                 cost, throughput = measure(
-                    trees[name], repository, port, workdir, args.protocol, shlex.split(args.serve_args)
+                    trees[name], repository, port, workdir, args.protocol, serve_args, args.model
                 )
                 results[name].append((cost, throughput))
                 print(f"round {round_} {name}: {cost:.1f} us CPU/call, {throughput:,.0f} calls/s", flush=True)
