@@ -6,9 +6,10 @@ body (one row of the model, ``tiny`` unless ``--model``), as ``bench.sweep`` sen
 Why CPU per call rather than calls/s alone: on a shared 2-core machine, calls/s follows whatever else
 runs; the server's utime+stime (``/proc/PID/stat``) over the calls it answered
 (``nv_inference_request_success``) moves much less. Each round starts ``conch serve`` from each tree on
-the model (``--model``, ``tiny`` by default), warms it with perf_analyzer, then measures one perf_analyzer run at 32 clients
-(perf_analyzer's shapes as ``bench.loadgen`` gives them). The trees take turns going first, so that
-neither always meets the machine as the other left it. Prints each round, then medians and worsts.
+the model (``--model``, ``tiny`` by default), warms it with perf_analyzer, then measures one
+perf_analyzer run at 32 clients (perf_analyzer's shapes as ``bench.loadgen`` gives them). The trees
+take turns going first, so that neither always meets the machine as the other left it. Prints each
+round, then medians and worsts.
 
 ``--serve-args "--frontends 2"`` passes flags to both servers; the CPU counted is then the model
 process's and its frontend processes' together (its children), per call.

@@ -33,7 +33,8 @@ STARTED = {
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("models")
-    return write_repository(root, {name: (add_sub_model(), CONFIG) for name in ("first", "second")})
+    models = ("first", "second", "marker")
+    return write_repository(root, {name: (add_sub_model(), CONFIG) for name in models})
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +74,14 @@ def _traced_requests(receiver: OtlpReceiver, model: str) -> list[ReceivedSpan]:
 
 
 def _settled(receiver: OtlpReceiver, client: httpclient.InferenceServerClient) -> None:
-    """Every span of the requests sent so far has arrived: a marker request on a model traced in
-    every request (``second``, rate 1) is exported after them."""
-    before = len(_traced_requests(receiver, "second"))
-    _infer(client, "second")
-    receiver.wait_for(lambda _: len(_traced_requests(receiver, "second")) > before)
+    """Every span of the requests sent so far has arrived: a marker request, traced by its model's
+    own settings whatever the test set, ends after them, and the exporter sends spans in the order
+    they end. Only this function sends to ``marker`` and it waits for each, so the count it starts
+    from is complete (a count on a model the test also sends to may still be on its way)."""
+    client.update_trace_settings("marker", {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    before = len(_traced_requests(receiver, "marker"))
+    _infer(client, "marker")
+    receiver.wait_for(lambda _: len(_traced_requests(receiver, "marker")) > before)
 
 
 def test_the_settings_start_as_the_server_was_started(traced: ServerProcess) -> None:
@@ -102,7 +106,7 @@ def test_a_trace_rate_traces_one_request_in_n_of_that_model_only(
     _infer(http, "second", 3)
     _settled(receiver, http)
     assert len(_traced_requests(receiver, "first")) - first == 2
-    assert len(_traced_requests(receiver, "second")) - second == 3 + 1  # and the marker
+    assert len(_traced_requests(receiver, "second")) - second == 3
     assert http.get_trace_settings()["trace_rate"] == "1"  # the server's own rate is untouched
 
 
@@ -153,11 +157,13 @@ def test_level_off_for_the_server_stops_every_model_but_one_that_sets_its_own(
     http.update_trace_settings("second", {"trace_level": ["TIMESTAMPS"]})
     http.update_trace_settings(settings={"trace_level": ["OFF"]})
     _settled(receiver, http)
-    before = len(_traced_requests(receiver, "first"))
+    before = [len(_traced_requests(receiver, model)) for model in ("first", "second")]
     assert http.get_trace_settings("first")["trace_level"] == ["OFF"]
     _infer(http, "first", 3)
-    _settled(receiver, http)  # the marker on "second" is traced: its own level
-    assert len(_traced_requests(receiver, "first")) == before
+    _infer(http, "second", 2)
+    _settled(receiver, http)
+    assert len(_traced_requests(receiver, "first")) == before[0]
+    assert len(_traced_requests(receiver, "second")) == before[1] + 2, "its own level traces it"
 
 
 @pytest.mark.parametrize(
