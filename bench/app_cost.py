@@ -84,10 +84,12 @@ def _serving(repository: Path) -> tuple[Any, Any]:
     from conch.repository.model_repository import ModelRepository
     from conch.server import InferenceServer, ServerOptions
     from conch.serving import ServeSettings, control_settings
+    from conch.usable_cores import usable_cores
 
     settings = ServeSettings(repository=repository)
     models = ModelRepository(repository)
-    control = ModelControl(models, ModelLoader(LoadOptions(cpu_cores=2)), control_settings(settings))
+    loader = ModelLoader(LoadOptions(cpu_cores=usable_cores()))
+    control = ModelControl(models, loader, control_settings(settings))
     releases = release_controller(models, control, repository.parent / "state")
     server = InferenceServer(models, ServerOptions(), control, releases)
     control.load_startup()

@@ -28,10 +28,11 @@ def validate_request(
 
     ``max_batch_size_completed`` says the server chose ``max_batch_size`` (auto-complete) rather than
     ``config.pbtxt``, so a batch over it is told to raise ``--default-max-batch-size`` instead.
-    ``rules``: ``rules_of(config)``, when the caller keeps them (a served version does).
+    ``rules``: ``RequestRules.of(config)``, when the caller keeps them (a served version does:
+    ``ModelVersion.request_rules``).
     """
     if rules is None:
-        rules = rules_of(config)
+        rules = RequestRules.of(config)
     expected = rules.inputs
     inputs: dict[str, np.ndarray] = {}
     for tensor in request.inputs:
@@ -112,25 +113,6 @@ def _input_rule(entry: mc.ModelInput) -> _InputRule:
         datatype = None
     dims = tuple(entry.dims)
     return _InputRule(entry.data_type, datatype, dims, entry.optional, -1 not in dims)
-
-
-#: Rules by the serialized config: equal bytes are an equal config, so a config changed in place
-#: (auto-complete, a test's edit) is never checked by stale rules. Serializing and hashing cost
-#: about 1 us a request on ``tiny`` (2.4% of the event loop at 32 clients), so a served version
-#: keeps its rules instead (``ModelVersion.request_rules``): its config no longer changes.
-_RULES: dict[bytes, RequestRules] = {}
-_MOST_RULES = 256
-
-
-def rules_of(config: mc.ModelConfig) -> RequestRules:
-    """What :func:`validate_request` reads of ``config``."""
-    key = config.SerializeToString()
-    rules = _RULES.get(key)
-    if rules is None:
-        if len(_RULES) >= _MOST_RULES:
-            _RULES.clear()
-        rules = _RULES[key] = RequestRules.of(config)
-    return rules
 
 
 def _check_shapes(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from conch.core.request_validation import RequestRules, rules_of
+from conch.core.request_validation import RequestRules
 from conch.observability.statistics import ModelStatistics
 from conch.repository.quantized_twin import QuantizedTwin
 from conch.router.circuit_breaker import CircuitBreaker
@@ -77,10 +77,11 @@ class ModelVersion:
     @property
     def request_rules(self) -> RequestRules:
         """What request validation reads of ``config``, read on the first request: a served
-        version's config no longer changes, and reading it again cost each request about 1 us."""
+        version's config no longer changes. Before, each request looked the rules up in a cache keyed
+        by the serialized config, which cost about 1 us a request on ``tiny``."""
         rules = self._request_rules
         if rules is None:
-            rules = self._request_rules = rules_of(self.config)
+            rules = self._request_rules = RequestRules.of(self.config)
         return rules
 
     @property

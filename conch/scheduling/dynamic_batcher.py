@@ -155,7 +155,7 @@ class DynamicBatcher:
         for _ in range(turns):
             if queue.all_here(self._outstanding):
                 return
-            await _loop_turns(1)
+            await _one_turn()
 
     async def _next_batch(self) -> list[PendingRequest]:
         while True:
@@ -291,10 +291,9 @@ class DynamicBatcher:
 
 
 @types.coroutine
-def _loop_turns(turns: int) -> Generator[None, None, None]:
+def _one_turn() -> Generator[None, None, None]:
     # A bare yield is what asyncio.sleep(0) does, without a coroutine of its own for every turn.
-    for _ in range(turns):
-        yield
+    yield
 
 
 def _resolve(pending: PendingRequest, outcome: Outcome) -> None:

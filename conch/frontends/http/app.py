@@ -153,9 +153,6 @@ class HttpFrontend:
                 return await self.status_page.answer(method, scope["path"], scope.get(GRANT_KEY))
             raise NotFoundError(f"no route for {scope['path']}")
         route = parts[1:]
-        if len(route) in (3, 5) and route[-1] == "infer" and route[0] == "models":
-            # /v2/models/{m}[/versions/{v}]/infer, which no route below matches, before the others.
-            return await self._model_route(scope, receive, method, route[1], route[2:])
         if not route:
             return get_json(method, self.server.metadata)
         if route == ["openapi.yaml"]:
