@@ -2,7 +2,8 @@
 
 Each instance runs on its own thread, so ``count`` executions proceed at once: ONNX Runtime releases
 the GIL while it computes. Schedulers acquire an idle instance, run on it, and release it. A single
-instance whose executions are shorter than a thread hop runs on the event loop instead.
+instance whose executions are short runs on the event loop instead, unless another model has started
+an execution since its last one (:meth:`InstancePool.run` says why).
 """
 
 from __future__ import annotations
@@ -16,16 +17,27 @@ import numpy as np
 from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
 
-#: Executions faster than this (moving average) run on the event loop. Measured on the worker thread,
-#: the benchmark's tiny model took 40-60 us (GIL hand-offs included) against 10-15 us inline, and the
-#: round trip to the thread cost more than the model.
-INLINE_BELOW_NS = 200_000
-#: A request alone in the server runs on the event loop only when this model's executions average less
-#: than this: the loop answers nothing else meanwhile (health checks, a second request that could use
-#: another instance), so a slow model must not hold it.
-INLINE_ALONE_BELOW_NS = 2_000_000
+#: Executions of a single instance shorter than this (moving average) run on the event loop, as do
+#: those of a request alone in the server on any number of instances. Longer ones go to the worker
+#: thread: the loop answers nothing else while it runs a model (health checks, metrics, other models'
+#: requests), so a slow model must not hold it. Up to 2026-12-05 a single instance ran on the loop only
+#: below 0.2 ms; see :meth:`InstancePool.run` for what moved it.
+INLINE_BELOW_NS = 2_000_000
+#: Kept for the schedulers that read it: a request alone runs on the loop below the same bound.
+INLINE_ALONE_BELOW_NS = INLINE_BELOW_NS
+#: Executions of a single instance shorter than this run on the loop even while other models compute:
+#: the hop to a thread and back costs more than the model (the benchmark's ``tiny`` took 40-60 us on
+#: its worker thread, GIL hand-offs included, against 10-15 us on the loop).
+SHORTER_THAN_A_HOP_NS = 200_000
 _SMOOTHING = 0.1
 _CLOSED: Any = object()
+
+
+class _LastStarted:
+    """Which pool's execution started last in this process (one event loop, so no lock): its ``id``,
+    so that an unloaded model's pool is not kept alive by it."""
+
+    pool_id = 0
 
 
 class ModelInstance(Protocol):
@@ -55,8 +67,10 @@ class InstancePool:
 
     @property
     def always_inline(self) -> bool:
-        """Every execution runs on the event loop now, alone or not (a single, fast instance)."""
-        return self._inline
+        """A single instance whose executions are short enough for the loop (:data:`INLINE_BELOW_NS`):
+        they run there unless another model's started since, and with one instance nothing can run
+        beside them, so the batcher awaits them in its own task."""
+        return self.count == 1 and self._average_ns < INLINE_BELOW_NS
 
     @property
     def average_execution_ns(self) -> float:
@@ -100,21 +114,38 @@ class InstancePool:
     ) -> tuple[dict[str, np.ndarray], ExecutionTiming]:
         """Run ``instance``; returns the outputs and compute timing.
 
-        An execution normally goes to the instance's worker thread. It runs right here on the event
-        loop instead when the caller says nothing else needs the loop (``inline``: the request is alone
-        in the server) and the model's executions are short (:data:`INLINE_ALONE_BELOW_NS`), or when
-        they take less than the hop to a thread and back costs and there is a single instance: waiting
-        for the thread would cost more than the model.
+        An execution whose model's executions average under :data:`INLINE_BELOW_NS` runs right here on
+        the event loop when the caller says nothing else needs the loop (``inline``: the request is
+        alone in the server), or when the model has a single instance and no other model has started
+        an execution since this one's last. Otherwise it goes to the instance's worker thread.
+
+        Why a single instance runs on the loop even under load: on the worker thread the execution
+        competes for the cores with the loop, which goes on with the protocol work of the requests
+        outside the batch, and it waits for the GIL to start and to return (a median 0.06 to 0.18 ms
+        to start on ``s384`` at 32 gRPC clients, 2 cores). On the loop the two cores go to ONNX
+        Runtime's threads while it runs, and requests that arrive meanwhile join the next batch. At
+        32 clients on 2 cores, against the 0.2 ms bound before 2026-12-05 (``python -m
+        bench.grpc_cpu_ab``, 4 alternating rounds, medians): ``s384`` over gRPC 6,310 -> 8,035
+        calls/s and 187 -> 156 us of server CPU a call, over HTTP JSON 7,142 -> 9,511 requests/s;
+        ``s256`` over gRPC 8,422 -> 9,116 calls/s; ``mlp`` (2.6 ms, over the bound at 32 clients)
+        3,883 -> 4,125. Longer models gained on the loop too (``s768``, 5 ms: 2,874-2,976 -> 3,167-3,259
+        calls/s; ``huge``, 9 ms: +2 to 12%), but the bound keeps them off it.
+
+        Why not when another model started an execution since: two busy models would then take
+        turns on the one loop where their worker threads compute side by side. Executions shorter
+        than a hop to the thread (:data:`SHORTER_THAN_A_HOP_NS`) stay on the loop even then.
         """
         timing = ExecutionTiming()
-        if self._inline or (inline and self._average_ns < INLINE_ALONE_BELOW_NS):
+        sole = _LastStarted.pool_id == id(self)
+        _LastStarted.pool_id = id(self)
+        if self._inline or (self._average_ns < INLINE_BELOW_NS and (inline or (sole and self.count == 1))):
             outputs = instance.run(inputs, output_names, timing)
         else:
             loop = asyncio.get_running_loop()
             outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
         spent = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
         self._average_ns += (spent - self._average_ns) * _SMOOTHING
-        self._inline = self.count == 1 and self._average_ns < INLINE_BELOW_NS
+        self._inline = self.count == 1 and self._average_ns < SHORTER_THAN_A_HOP_NS
         return outputs, timing
 
     def close(self) -> None:

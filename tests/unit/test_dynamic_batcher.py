@@ -17,7 +17,7 @@ from conch.core.types import ExecutionTiming
 from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import REJECT, BatchingSettings, QueuePolicy
 from conch.scheduling.dynamic_batcher import TURNS_BEFORE_A_BATCH, DynamicBatcher
-from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.instance_pool import INLINE_BELOW_NS, InstancePool
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 POISON = -1.0
@@ -300,8 +300,9 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
     requests_in_server: int, on_the_loop: bool
 ) -> None:
     async def scenario() -> None:
-        instance = TimedRecorder(0.0005)  # too slow to run inline by itself; short enough when alone
-        batcher, _ = make_batcher(instance)
+        # Two instances: executions could run side by side, so only a request alone takes the loop.
+        instance, spare = TimedRecorder(0.0005), TimedRecorder(0.0005)
+        batcher, _ = make_batcher(instance, spare)
         in_flight = RequestsInFlight()
         in_flight.count = requests_in_server
         results = []
@@ -311,9 +312,56 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
             results.append(await batcher.schedule(request))
 
         assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [2]]
-        assert instance.threads[0] != threading.get_ident()
-        assert (instance.threads[1] == threading.get_ident()) is on_the_loop
+        threads = instance.threads + spare.threads
+        assert threads[0] != threading.get_ident()
+        assert (threads[1] == threading.get_ident()) is on_the_loop
         batcher.close()
+
+    run(scenario)
+
+
+def test_a_single_instance_of_a_short_model_runs_on_the_loop_under_load() -> None:
+    async def scenario() -> None:
+        instance = TimedRecorder(0.0005)  # over the hop to a thread, under the loop's bound
+        batcher, _ = make_batcher(instance)
+        in_flight = RequestsInFlight()
+        in_flight.count = 5  # other requests are in the server
+        for _ in range(3):
+            request = scheduled(1)
+            request.in_flight = in_flight
+            await batcher.schedule(request)
+
+        loop_thread = threading.get_ident()
+        assert instance.threads[0] != loop_thread  # measured on the worker thread first
+        assert instance.threads[1:] == [loop_thread, loop_thread]
+        batcher.close()
+
+    run(scenario)
+
+
+def test_a_short_model_goes_to_its_thread_once_another_model_has_started_an_execution() -> None:
+    async def scenario() -> None:
+        first, second = TimedRecorder(0.0005), TimedRecorder(0.0005)
+        first_batcher, _ = make_batcher(first)
+        second_batcher, _ = make_batcher(second)
+        in_flight = RequestsInFlight()
+        in_flight.count = 5
+
+        async def send(batcher: DynamicBatcher) -> None:
+            request = scheduled(1)
+            request.in_flight = in_flight
+            await batcher.schedule(request)
+
+        loop_thread = threading.get_ident()
+        for batcher in (first_batcher, first_batcher, second_batcher, first_batcher, first_batcher):
+            await send(batcher)
+        # first: measured on its thread, then on the loop; after the second model's execution, on
+        # its thread again (the two could compute side by side); then, alone again, on the loop.
+        assert first.threads[1] == loop_thread
+        assert first.threads[2] != loop_thread
+        assert first.threads[3] == loop_thread
+        first_batcher.close()
+        second_batcher.close()
 
     run(scenario)
 
@@ -446,7 +494,8 @@ def test_a_model_with_long_executions_waits_longer_for_requests_on_their_way(
 
 
 class OnePermitPerRun(AddOne):
-    """AddOne whose every execution waits for a permit from the test."""
+    """AddOne whose every execution waits for a permit from the test. It reports executions longer than
+    the event loop may be held, so they run on its worker thread while the loop goes on."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -458,6 +507,7 @@ class OnePermitPerRun(AddOne):
     ) -> dict[str, np.ndarray]:
         self.begun += 1
         assert self.permits.acquire(timeout=2)
+        timing.compute_infer_ns = 2 * INLINE_BELOW_NS
         return super().run(inputs, output_names, timing)
 
 
