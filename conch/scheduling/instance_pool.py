@@ -17,14 +17,15 @@ import numpy as np
 from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
 
-#: Executions of a single instance shorter than this (moving average) run on the event loop, as do
-#: those of a request alone in the server on any number of instances. Longer ones go to the worker
-#: thread: the loop answers nothing else while it runs a model (health checks, metrics, other models'
-#: requests), so a slow model must not hold it. Up to 2026-12-05 a single instance ran on the loop only
-#: below 0.2 ms; see :meth:`InstancePool.run` for what moved it.
-INLINE_BELOW_NS = 2_000_000
-#: Kept for the schedulers that read it: a request alone runs on the loop below the same bound.
-INLINE_ALONE_BELOW_NS = INLINE_BELOW_NS
+#: Executions of a single instance shorter than this (moving average) run on the event loop, under
+#: load too; longer ones go to its worker thread: the loop answers nothing else while it runs a model
+#: (health checks, metrics, other models' requests), so a slow model must not hold it. Up to 2026-12-05
+#: the bound was 0.2 ms; see :meth:`InstancePool.run` for what moved it, and to where.
+INLINE_BELOW_NS = 4_000_000
+#: The execution of a request alone in the server runs on the loop, on any number of instances, when
+#: the model's executions average less than this. It is also every pool's estimate before its first
+#: execution is measured.
+INLINE_ALONE_BELOW_NS = 2_000_000
 #: Executions of a single instance shorter than this run on the loop even while other models compute:
 #: the hop to a thread and back costs more than the model (the benchmark's ``tiny`` took 40-60 us on
 #: its worker thread, GIL hand-offs included, against 10-15 us on the loop).
@@ -63,6 +64,7 @@ class InstancePool:
         self._out_of_service: list[Any] = []
         # Start on the worker thread, even for a request alone, until executions are measured.
         self._average_ns = float(INLINE_ALONE_BELOW_NS)
+        self._measured = False
         self._inline = False
 
     @property
@@ -70,7 +72,7 @@ class InstancePool:
         """A single instance whose executions are short enough for the loop (:data:`INLINE_BELOW_NS`):
         they run there unless another model's started since, and with one instance nothing can run
         beside them, so the batcher awaits them in its own task."""
-        return self.count == 1 and self._average_ns < INLINE_BELOW_NS
+        return self.count == 1 and self._measured and self._average_ns < INLINE_BELOW_NS
 
     @property
     def average_execution_ns(self) -> float:
@@ -138,13 +140,23 @@ class InstancePool:
         timing = ExecutionTiming()
         sole = _LastStarted.pool_id == id(self)
         _LastStarted.pool_id = id(self)
-        if self._inline or (self._average_ns < INLINE_BELOW_NS and (inline or (sole and self.count == 1))):
+        average = self._average_ns
+        if self._inline or (
+            self._measured
+            and (
+                (inline and average < INLINE_ALONE_BELOW_NS)
+                or (sole and self.count == 1 and average < INLINE_BELOW_NS)
+            )
+        ):
             outputs = instance.run(inputs, output_names, timing)
         else:
             loop = asyncio.get_running_loop()
             outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
         spent = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
-        self._average_ns += (spent - self._average_ns) * _SMOOTHING
+        # The first measured execution sets the average: smoothed from the starting estimate, a slow
+        # model would run several executions on the loop before its average passed the bound.
+        self._average_ns += (spent - self._average_ns) * (_SMOOTHING if self._measured else 1.0)
+        self._measured = True
         self._inline = self.count == 1 and self._average_ns < SHORTER_THAN_A_HOP_NS
         return outputs, timing
 
