@@ -69,9 +69,9 @@ class InstancePool:
 
     @property
     def always_inline(self) -> bool:
-        """A single instance whose executions are short enough for the loop (:data:`INLINE_BELOW_NS`):
-        they run there unless another model's started since, and with one instance nothing can run
-        beside them, so the batcher awaits them in its own task."""
+        """A single instance whose measured executions are short enough for the loop
+        (:data:`INLINE_BELOW_NS`): they run there unless another model's started since, and with one
+        instance nothing can run beside them, so the batcher awaits them in its own task."""
         return self.count == 1 and self._measured and self._average_ns < INLINE_BELOW_NS
 
     @property
@@ -116,22 +116,25 @@ class InstancePool:
     ) -> tuple[dict[str, np.ndarray], ExecutionTiming]:
         """Run ``instance``; returns the outputs and compute timing.
 
-        An execution whose model's executions average under :data:`INLINE_BELOW_NS` runs right here on
-        the event loop when the caller says nothing else needs the loop (``inline``: the request is
-        alone in the server), or when the model has a single instance and no other model has started
-        an execution since this one's last. Otherwise it goes to the instance's worker thread.
+        An execution runs right here on the event loop when the model has a single instance whose
+        executions average under :data:`INLINE_BELOW_NS` and no other model has started an execution
+        since this one's last; or when the caller says nothing else needs the loop (``inline``: the
+        request is alone in the server) and they average under :data:`INLINE_ALONE_BELOW_NS`.
+        Otherwise, and until the model's first execution is measured, it goes to the instance's
+        worker thread.
 
         Why a single instance runs on the loop even under load: on the worker thread the execution
         competes for the cores with the loop, which goes on with the protocol work of the requests
         outside the batch, and it waits for the GIL to start and to return (a median 0.06 to 0.18 ms
         to start on ``s384`` at 32 gRPC clients, 2 cores). On the loop the two cores go to ONNX
         Runtime's threads while it runs, and requests that arrive meanwhile join the next batch. At
-        32 clients on 2 cores, against the 0.2 ms bound before 2026-12-05 (``python -m
-        bench.grpc_cpu_ab``, 4 alternating rounds, medians): ``s384`` over gRPC 6,310 -> 8,035
-        calls/s and 187 -> 156 us of server CPU a call, over HTTP JSON 7,142 -> 9,511 requests/s;
-        ``s256`` over gRPC 8,422 -> 9,116 calls/s; ``mlp`` (2.6 ms, over the bound at 32 clients)
-        3,883 -> 4,125. Longer models gained on the loop too (``s768``, 5 ms: 2,874-2,976 -> 3,167-3,259
-        calls/s; ``huge``, 9 ms: +2 to 12%), but the bound keeps them off it.
+        32 clients on 2 cores (``python -m bench.grpc_cpu_ab``, alternating rounds, medians): with
+        a 2 ms bound against the 0.2 ms one before 2026-12-05, ``s384`` over gRPC 6,310 -> 8,035
+        calls/s and 187 -> 156 us of server CPU a call, over HTTP JSON 7,142 -> 9,511 requests/s,
+        ``s256`` over gRPC 8,422 -> 9,116 calls/s; with 4 ms against 2 ms, ``mlp`` (2.6 ms
+        executions) over gRPC 4,038 -> 4,275 calls/s, over HTTP JSON 4,377 -> 4,819/s. Longer models
+        gained on the loop too when forced there (``s768``, 5 ms, and ``huge``, 9 ms: 2 to 12%), but
+        the bound keeps them off it.
 
         Why not when another model started an execution since: two busy models would then take
         turns on the one loop where their worker threads compute side by side. Executions shorter
