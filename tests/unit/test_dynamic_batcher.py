@@ -339,6 +339,26 @@ def test_a_single_instance_of_a_short_model_runs_on_the_loop_under_load() -> Non
     run(scenario)
 
 
+def test_a_single_instance_over_the_loops_bound_never_runs_on_the_loop() -> None:
+    async def scenario() -> None:
+        # Over the bound from its first execution: that measurement sets the average, so the
+        # executions after it do not run on the loop while a smoothed average climbs from below.
+        instance = TimedRecorder(INLINE_BELOW_NS * 1.5 / 1e9)
+        batcher, _ = make_batcher(instance)
+        in_flight = RequestsInFlight()
+        in_flight.count = 5
+        for _ in range(3):
+            request = scheduled(1)
+            request.in_flight = in_flight
+            await batcher.schedule(request)
+
+        assert threading.get_ident() not in instance.threads
+        assert len(instance.threads) == 3
+        batcher.close()
+
+    run(scenario)
+
+
 def test_a_short_model_goes_to_its_thread_once_another_model_has_started_an_execution() -> None:
     async def scenario() -> None:
         first, second = TimedRecorder(0.0005), TimedRecorder(0.0005)
