@@ -65,7 +65,6 @@ class InstancePool:
         # Start on the worker thread, even for a request alone, until executions are measured.
         self._average_ns = float(INLINE_ALONE_BELOW_NS)
         self._measured = False
-        self._inline = False
 
     @property
     def always_inline(self) -> bool:
@@ -141,16 +140,7 @@ class InstancePool:
         than a hop to the thread (:data:`SHORTER_THAN_A_HOP_NS`) stay on the loop even then.
         """
         timing = ExecutionTiming()
-        sole = _LastStarted.pool_id == id(self)
-        _LastStarted.pool_id = id(self)
-        average = self._average_ns
-        if self._inline or (
-            self._measured
-            and (
-                (inline and average < INLINE_ALONE_BELOW_NS)
-                or (sole and self.count == 1 and average < INLINE_BELOW_NS)
-            )
-        ):
+        if self._on_the_loop(inline):
             outputs = instance.run(inputs, output_names, timing)
         else:
             loop = asyncio.get_running_loop()
@@ -160,8 +150,19 @@ class InstancePool:
         # model would run several executions on the loop before its average passed the bound.
         self._average_ns += (spent - self._average_ns) * (_SMOOTHING if self._measured else 1.0)
         self._measured = True
-        self._inline = self.count == 1 and self._average_ns < SHORTER_THAN_A_HOP_NS
         return outputs, timing
+
+    def _on_the_loop(self, alone: bool) -> bool:
+        """Whether this execution runs on the event loop (the rules :meth:`run` gives); notes this
+        pool as the last to start one."""
+        sole = _LastStarted.pool_id == id(self)
+        _LastStarted.pool_id = id(self)
+        if not self._measured:
+            return False
+        average = self._average_ns
+        if alone and average < INLINE_ALONE_BELOW_NS:
+            return True
+        return self.count == 1 and average < (INLINE_BELOW_NS if sole else SHORTER_THAN_A_HOP_NS)
 
     def close(self) -> None:
         """Stop the worker threads once running executions finish, and instances that have a

@@ -295,6 +295,16 @@ class TimedRecorder(ThreadRecorder):
         return super().run(inputs, output_names, timing)
 
 
+async def schedule_among_others(batcher: DynamicBatcher, times: int) -> None:
+    """``times`` requests one after the other, each while other requests are in the server."""
+    in_flight = RequestsInFlight()
+    in_flight.count = 5
+    for _ in range(times):
+        request = scheduled(1)
+        request.in_flight = in_flight
+        await batcher.schedule(request)
+
+
 @pytest.mark.parametrize(("requests_in_server", "on_the_loop"), [(1, True), (2, False)])
 def test_a_request_alone_in_the_server_runs_on_the_event_loop(
     requests_in_server: int, on_the_loop: bool
@@ -302,6 +312,7 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
     async def scenario() -> None:
         # Two instances: executions could run side by side, so only a request alone takes the loop.
         instance, spare = TimedRecorder(0.0005), TimedRecorder(0.0005)
+        spare.threads = instance.threads  # one record, in the order the executions ran
         batcher, _ = make_batcher(instance, spare)
         in_flight = RequestsInFlight()
         in_flight.count = requests_in_server
@@ -312,9 +323,8 @@ def test_a_request_alone_in_the_server_runs_on_the_event_loop(
             results.append(await batcher.schedule(request))
 
         assert [r["OUTPUT0"].ravel().tolist() for r in results] == [[2], [2]]
-        threads = instance.threads + spare.threads
-        assert threads[0] != threading.get_ident()
-        assert (threads[1] == threading.get_ident()) is on_the_loop
+        assert instance.threads[0] != threading.get_ident()
+        assert (instance.threads[1] == threading.get_ident()) is on_the_loop
         batcher.close()
 
     run(scenario)
@@ -324,12 +334,7 @@ def test_a_single_instance_of_a_short_model_runs_on_the_loop_under_load() -> Non
     async def scenario() -> None:
         instance = TimedRecorder(0.0005)  # over the hop to a thread, under the loop's bound
         batcher, _ = make_batcher(instance)
-        in_flight = RequestsInFlight()
-        in_flight.count = 5  # other requests are in the server
-        for _ in range(3):
-            request = scheduled(1)
-            request.in_flight = in_flight
-            await batcher.schedule(request)
+        await schedule_among_others(batcher, 3)
 
         loop_thread = threading.get_ident()
         assert instance.threads[0] != loop_thread  # measured on the worker thread first
@@ -345,12 +350,7 @@ def test_a_single_instance_over_the_loops_bound_never_runs_on_the_loop() -> None
         # executions after it do not run on the loop while a smoothed average climbs from below.
         instance = TimedRecorder(INLINE_BELOW_NS * 1.5 / 1e9)
         batcher, _ = make_batcher(instance)
-        in_flight = RequestsInFlight()
-        in_flight.count = 5
-        for _ in range(3):
-            request = scheduled(1)
-            request.in_flight = in_flight
-            await batcher.schedule(request)
+        await schedule_among_others(batcher, 3)
 
         assert threading.get_ident() not in instance.threads
         assert len(instance.threads) == 3
@@ -364,17 +364,10 @@ def test_a_short_model_goes_to_its_thread_once_another_model_has_started_an_exec
         first, second = TimedRecorder(0.0005), TimedRecorder(0.0005)
         first_batcher, _ = make_batcher(first)
         second_batcher, _ = make_batcher(second)
-        in_flight = RequestsInFlight()
-        in_flight.count = 5
-
-        async def send(batcher: DynamicBatcher) -> None:
-            request = scheduled(1)
-            request.in_flight = in_flight
-            await batcher.schedule(request)
 
         loop_thread = threading.get_ident()
         for batcher in (first_batcher, first_batcher, second_batcher, first_batcher, first_batcher):
-            await send(batcher)
+            await schedule_among_others(batcher, 1)
         # first: measured on its thread, then on the loop; after the second model's execution, on
         # its thread again (the two could compute side by side); then, alone again, on the loop.
         assert first.threads[1] == loop_thread
