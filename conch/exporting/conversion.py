@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -29,6 +30,8 @@ class Conversion:
 
     ``references`` is empty for a model that arrived as ONNX: it is its own original.
     ``column_inputs`` maps each DataFrame column that was renamed to its tensor name.
+    ``classes`` names, for each output that has one value per class, the classes in column order.
+    ``likely_causes`` explains a disagreement on some of the sample's rows, most likely cause first.
     """
 
     onnx_model: onnx.ModelProto
@@ -38,6 +41,8 @@ class Conversion:
     libraries: dict[str, str]
     feature_names: list[str] | None
     column_inputs: dict[str, str] = field(default_factory=dict)
+    classes: dict[str, list[Any]] = field(default_factory=dict)
+    likely_causes: Callable[[list[int]], list[str]] | None = None
 
 
 def convert(model: Any, sample: Any) -> Conversion:
