@@ -6,20 +6,22 @@ PYTHON ?= python3
 VENV := .venv
 # Serving needs the runtime dependencies only: the bundled models are ONNX files already built.
 STAMP := $(VENV)/.installed
+# pyproject.toml declares ranges; both installs take the exact versions CI tested from here.
+CONSTRAINTS := constraints.txt
 # The tests add the test tools, the exporters' libraries (scikit-learn, skl2onnx, pandas) and the
 # optional torch extra (torch==2.13.0, a CPU build from this machine's disk).
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: serve test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e .
+	$(VENV)/bin/pip install -q -c $(CONSTRAINTS) -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(VENV)/bin/pip install -q -e '.[test,torch]'
+	$(VENV)/bin/pip install -q -c $(CONSTRAINTS) -e '.[test,torch]'
 	touch $(TEST_STAMP)
 
 serve: $(STAMP)
@@ -48,7 +50,7 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/pytest -q
 
 bench: $(TEST_STAMP)
-	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/pip install -q -c $(CONSTRAINTS) -e '.[bench]'
 	$(call debian_programs,wrk)
 	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 

@@ -3,13 +3,14 @@
 #   install-conch.sh PREFIX [SOURCE]
 # The Dockerfile's build stage runs it, and CI runs it into a fresh venv on the machine
 # (tests/integration/test_deploy_image.py), so the image's install steps are tested without a Docker
-# daemon. Every dependency comes pinned (==) from SOURCE's pyproject.toml.
+# daemon. pyproject.toml declares ranges; every dependency comes at the exact version of SOURCE's
+# constraints.txt, the versions CI tests.
 set -eu
 prefix="$1"
 source="${2:-.}"
 python3 -m venv "$prefix"
-"$prefix/bin/pip" install --quiet "$source"
-# The pins agree with each other, and the image would start: the entry point resolves and the serving
+"$prefix/bin/pip" install --quiet -c "$source/constraints.txt" "$source"
+# The versions agree with each other, and the image would start: the entry point resolves and the serving
 # path imports.
 "$prefix/bin/pip" check
 "$prefix/bin/conch" --version
