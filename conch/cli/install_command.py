@@ -25,6 +25,12 @@ def add_parser(commands: Any) -> None:
         "--version", type=int, metavar="N", help="numeric version to install as (default: the next free one)"
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="install a copy even when the same package is installed already (by default that is "
+        "reported and nothing changes)",
+    )
+    parser.add_argument(
         "--verify",
         type=Path,
         metavar="KEY",
@@ -86,10 +92,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with Steps(prefix="conch install: ", label=f"conch install {args.package}") as steps:
-            installed = install_package(args.package, args.repository, args.version, limits, key, steps.step)
+            installed = install_package(
+                args.package, args.repository, args.version, limits, key, steps.step, args.force
+            )
     except PackageError as exc:
         print(f"conch install: refused {args.package}: {exc}", file=sys.stderr)
         return 1
+    if installed.already_installed:
+        print(
+            f"{installed.name} {installed.package_version} is already installed as version "
+            f"{installed.version} in {installed.version_dir}; nothing changed (--force installs a copy)"
+        )
+        return 0
     lines = [
         f"installed {installed.name} {installed.package_version} as version {installed.version} "
         f"in {installed.version_dir}"

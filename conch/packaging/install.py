@@ -9,6 +9,10 @@ final place (same filesystem; ignored by ``conch serve``), checks the staged fil
 them into place; the staging folder is removed whatever happens. So a refused package, early or late,
 leaves the repository exactly as it was.
 
+A package already installed (a version holding the same package version and the same files) is not
+installed again: install says which version it is and changes nothing, unless forced to add a copy.
+A notebook that reruns its install cell would otherwise add a version each time.
+
 ``config.pbtxt`` and ``warmup/`` come from the package for a new model, for a model without a
 ``config.pbtxt``, and when the interface changes (the old config would not describe the new graph).
 Otherwise the operator's config, with whatever they tuned in it, stays.
@@ -41,6 +45,8 @@ from conch.packaging.metadata import (
     ModelMetadata,
     mismatched_files,
     model_file_checksums,
+    normalized_digest,
+    read_metadata,
     sha256_chunks,
     version_file_checksums,
     write_metadata,
@@ -80,6 +86,8 @@ class Installation:
     version_dir: Path
     model_files_replaced: bool
     verified_by: str | None = None
+    #: The package was installed already, as ``version``; nothing was written.
+    already_installed: bool = False
 
 
 def install_package(
@@ -89,11 +97,14 @@ def install_package(
     limits: UnpackLimits | None = None,
     verify_key: Ed25519PublicKey | None = None,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> Installation:
     """Install ``package`` into ``repository`` as ``version`` (default: the next free number).
 
     A missing ``repository`` folder (whose parent exists) is created once the package is verified.
     With ``verify_key``, the package must be signed by it. ``progress`` hears each slow step.
+    A package already installed is reported as such (``already_installed``) and not written again,
+    unless ``force``.
 
     Raises :class:`PackageError` for a package that is refused; the repository is then unchanged.
     """
@@ -107,6 +118,11 @@ def install_package(
         raise PackageError(f"{model_dir} exists but is not a folder: move it away to install '{name}'")
     existing = version_folders(model_dir) if model_dir.is_dir() else []
     number = _version_number(model_dir, version)
+    copy = None if force else installed_copy(model_dir, existing, verified.metadata)
+    if copy is not None:
+        return Installation(
+            name, str(verified.semver), copy, model_dir / str(copy), False, verified.verified_by, True
+        )
     from_package = check_upgrade(model_dir, existing, number, verified.metadata, verified.semver)
     replaced = from_package and model_dir.is_dir()
     try:
@@ -120,6 +136,25 @@ def install_package(
     return Installation(
         name, str(verified.semver), number, model_dir / str(number), replaced, verified.verified_by
     )
+
+
+def installed_copy(model_dir: Path, existing: list[int], metadata: ModelMetadata) -> int | None:
+    """The version of ``model_dir`` that holds this package already (its package version and files),
+    or None. A version whose metadata cannot be read holds no known package."""
+    for number in existing:
+        try:
+            installed = read_metadata(model_dir / str(number))
+        except (MetadataError, OSError, UnicodeDecodeError):
+            continue
+        if installed.package_version == metadata.package_version and _digests(installed.files) == _digests(
+            metadata.files
+        ):
+            return number
+    return None
+
+
+def _digests(files: dict[str, str]) -> dict[str, str]:
+    return {name: normalized_digest(digest) for name, digest in files.items()}
 
 
 def verify_package(

@@ -75,6 +75,28 @@ def test_package_install_serve(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
+def test_installing_the_same_package_twice_changes_nothing_unless_forced(
+    source: Path, tmp_path: Path
+) -> None:
+    package = tmp_path / "add-sub.tar.gz"
+    assert conch("package", source, "--version", "1.0.0", "-o", package).returncode == 0
+    repository = tmp_path / "repository"
+    assert conch("install", package, "--repository", repository).returncode == 0
+    before = tree(repository)
+    again = conch("install", package, "--repository", repository)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        f"add-sub 1.0.0 is already installed as version 1 in {repository / 'add-sub' / '1'}; "
+        "nothing changed (--force installs a copy)"
+    ]
+    assert tree(repository) == before
+    forced = conch("install", package, "--repository", repository, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[0] == (
+        f"installed add-sub 1.0.0 as version 2 in {repository / 'add-sub' / '2'}"
+    )
+
+
 def test_same_model_same_package_bytes(source: Path, tmp_path: Path) -> None:
     first, second = tmp_path / "first.tar.gz", tmp_path / "second.tar.gz"
     assert conch("package", source, "--version", "1.0.0", "-o", first).returncode == 0

@@ -5,6 +5,7 @@ Hostile packages are written with ``tarfile`` directly, starting from the member
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import tarfile
@@ -126,7 +127,12 @@ def test_round_trip_into_an_empty_repository(package: Path, repository: Path) ->
         "digits-mlp/warmup",
         "digits-mlp/warmup/INPUT0",
     ]
-    again = install_package(package, repository)
+    before = tree(repository)
+    same = install_package(package, repository)
+    assert same.already_installed and same.version == 1 and same.version_dir == model_dir / "1"
+    assert tree(repository) == before, "installing the same package again changes nothing"
+    again = install_package(package, repository, force=True)
+    assert not again.already_installed
     assert again.version == 2 and again.version_dir == model_dir / "2"
     assert read_metadata(model_dir / "1").version == 1
     assert read_metadata(model_dir / "2").version == 2
@@ -140,6 +146,29 @@ def test_chosen_version_number_and_taken_number(package: Path, repository: Path)
     with pytest.raises(PackageError, match=r"version 5 of model 'digits-mlp' already exists.*as version 6"):
         install_package(package, repository, version=5)
     assert tree(repository) == before
+
+
+def test_a_different_package_of_the_same_model_is_not_taken_for_an_installed_one(
+    package: Path, repository: Path, tmp_path: Path
+) -> None:
+    install_package(package, repository)
+    other_version = rebuild(package, tmp_path / "v1.0.1.tar.gz", lambda m: _set_package_version(m, "1.0.1"))
+    assert install_package(other_version, repository).version == 2
+    retrained = tmp_path / "retrained"
+    graph = identity_model(TensorProto.FLOAT)
+    graph.doc_string = "retrained"
+    model_dir = write_model_folder(retrained, "digits-mlp", graph, warmup=True)
+    same_version = package_model(model_dir, parse_semver("1.0.0"), retrained / "retrained.tar.gz")
+    installed = install_package(same_version, repository)
+    assert not installed.already_installed and installed.version == 3
+    assert install_package(same_version, repository).version == 3
+    assert install_package(other_version, repository).version == 2
+
+
+def _set_package_version(members: list[Member], version: str) -> None:
+    place = "digits-mlp/1/metadata.json"
+    metadata = ModelMetadata.from_json(data_of(members, place).decode())
+    replace_data(members, place, dataclasses.replace(metadata, package_version=version).to_json().encode())
 
 
 HOSTILE: dict[str, tuple[Callable[[list[Member]], object], str]] = {
