@@ -19,6 +19,7 @@ class ErrorKind(enum.Enum):
     PERMISSION_DENIED = 403
     NOT_FOUND = 404
     METHOD_NOT_ALLOWED = 405
+    TOO_LARGE = 413
     RATE_LIMITED = 429
     INTERNAL = 500
     UNAVAILABLE = 503
@@ -65,6 +66,12 @@ class MethodNotAllowedError(ConchError):
             f"method {method} is not allowed on {path}; use {' or '.join(allowed)}",
             (("allow", ", ".join(allowed)),),
         )
+
+
+class TooLargeError(ConchError):
+    """A request larger than the server's limit for it (HTTP 413, gRPC RESOURCE_EXHAUSTED)."""
+
+    kind = ErrorKind.TOO_LARGE
 
 
 class UnauthenticatedError(ConchError):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import InvalidArgumentError, TooLargeError
 from conch.frontends.http.body import read_body
 
 PAYLOAD = b'{"inputs": []}' * 100
@@ -55,7 +55,7 @@ def test_deflate_body() -> None:
 
 
 def test_body_over_the_limit() -> None:
-    with pytest.raises(InvalidArgumentError, match="request body is larger than the 1000 byte limit"):
+    with pytest.raises(TooLargeError, match="request body is larger than the 1000 byte limit"):
         read(PAYLOAD, limit=1000)
 
 
@@ -69,7 +69,7 @@ def test_inflated_body_over_the_limit() -> None:
     assert len(bomb) < 10_000
 
     with pytest.raises(
-        InvalidArgumentError, match="inflated request body is larger than the 10000 byte limit"
+        TooLargeError, match="inflated request body is larger than the 10000 byte limit"
     ):
         read(bomb, "gzip", limit=10_000)
 

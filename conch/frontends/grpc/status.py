@@ -19,6 +19,7 @@ STATUS_CODES = {
     ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     # HTTP's alone: a gRPC method takes no verb; only a call relayed from an HTTP path meets it.
     ErrorKind.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorKind.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,

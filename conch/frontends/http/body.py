@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conch.core.errors import InvalidArgumentError
+from conch.core.errors import InvalidArgumentError, TooLargeError
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 
@@ -15,14 +15,14 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 async def read_body(
     scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], limit: int
 ) -> bytes:
-    """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 400.
+    """The whole body, inflated per ``Content-Encoding``; more than ``limit`` bytes is a 413.
 
     A ``Content-Length`` over the limit is refused before a byte of the body is read; a chunked body
     as soon as its chunks add up to more (the connection then closes: ``server/connection.py``).
     """
     declared = _header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise InvalidArgumentError(_too_large(f"request body of {declared} bytes", limit))
+        raise TooLargeError(_too_large(f"request body of {declared} bytes", limit))
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -31,7 +31,7 @@ async def read_body(
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise InvalidArgumentError(_too_large("request body", limit))
+                raise TooLargeError(_too_large("request body", limit))
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
@@ -71,7 +71,7 @@ def _inflate(body: bytes, wbits: int, limit: int, name: str) -> bytes:
     except zlib.error as exc:
         raise InvalidArgumentError(f"request body is not valid {name} data: {exc}") from None
     if len(data) > limit:
-        raise InvalidArgumentError(_too_large("inflated request body", limit))
+        raise TooLargeError(_too_large("inflated request body", limit))
     if not inflater.eof:
         raise InvalidArgumentError(f"request body is truncated {name} data")
     return data
