@@ -23,6 +23,7 @@ from conch.lifecycle.model_control import ModelControl
 from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController, spec_from_body
+from conch.release.signed_actions import readmitted_version, signer
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
@@ -125,6 +126,21 @@ class InferenceServer:
         """``POST /v2/models/{m}/release/{promote|rollback|pause|resume}``."""
         self._releases().act(name, action)
         return self._releases().status(name)
+
+    def signed_release_action(
+        self, name: str, action: str, body: dict[str, Any], subject: str
+    ) -> dict[str, Any]:
+        """``POST /v2/models/{m}/release/approve`` and ``.../readmit`` (``{"version": N}``): recorded with
+        who did it, the token's ``sub``; without auth, the body's ``identity``, which nobody verified."""
+        identity = signer(body, subject)
+        releases = self._releases()
+        if action == "approve":
+            releases.approve(name, identity)
+        else:
+            releases.readmit(name, readmitted_version(body), identity)
+            if name not in releases.releases:
+                return {"model": name, "readmitted": readmitted_version(body), "identity": identity}
+        return releases.status(name)
 
     def _releases(self) -> ReleaseController:
         if self.releases is None:

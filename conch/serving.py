@@ -26,7 +26,7 @@ from conch.backends.python.backend_config import BackendSetting
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.core.tensor_limits import TensorLimits
-from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES
+from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES, GrpcConnectionLimits
 from conch.frontends.grpc.grpc_server import create_grpc_server
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.http.app import HttpFrontend
@@ -53,7 +53,14 @@ from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
 from conch.observability.tracing import TraceSettings
 from conch.release.declarations import reconcile_files, resume_saved
-from conch.release.runner import check_releases, release_controller
+from conch.release.runner import (
+    check_releases,
+    default_store,
+    follow_store,
+    read_at_start,
+    release_controller,
+)
+from conch.release.verdict_store import VerdictStore
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
@@ -98,6 +105,9 @@ class ServeSettings:
     circuit_breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
     fallback_strategy: str = ""
     state_dir: str = ""
+    #: The store every replica shares for rejected, promoted and re-admitted versions (empty: default).
+    release_store: str = ""
+    release_store_poll_secs: float = 5.0
     #: ``--backend-config`` entries (the Python backend's shared memory sizes).
     backend_config: tuple[BackendSetting, ...] = ()
     #: Auth, restricted APIs, client rate limits and the in-flight cap (all off by default).
@@ -108,6 +118,8 @@ class ServeSettings:
     http_limits: HttpLimits = field(default_factory=HttpLimits)
     tensor_limits: TensorLimits = field(default_factory=TensorLimits)
     grpc_max_message_bytes: int = MAX_MESSAGE_BYTES
+    #: Streams per gRPC connection, keepalive and connection age (``--grpc-*`` limits).
+    grpc_connection_limits: GrpcConnectionLimits = field(default_factory=GrpcConnectionLimits)
     #: A record per inference, the audit sample and the access log (off by default).
     request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
     #: TLS on the HTTP and gRPC ports (off by default; see conch.frontends.tls).
@@ -182,7 +194,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     state_dir = (
         Path(settings.state_dir) if settings.state_dir else settings.repository.parent / ".conch-state"
     )
-    releases = release_controller(repository, control, state_dir)
+    verdicts = VerdictStore(settings.release_store or default_store(settings.repository))
+    releases = release_controller(repository, control, state_dir, verdicts)
     if (settings.repository.parent / "source.json").is_file():
         # An s3:// repository: each poll first brings its cache up to date. boto3 is imported only
         # then: its import alone adds about 16,000 objects that every full garbage collection walks.
@@ -214,7 +227,12 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             await frontends.start()
         elif settings.grpc_relay:
             relay = RelayEndpoint(
-                server, grpc_address, settings.busy_poll_us, settings.grpc_acceptors, settings.tls.grpc
+                server,
+                grpc_address,
+                settings.busy_poll_us,
+                settings.grpc_acceptors,
+                settings.tls.grpc,
+                settings.grpc_connection_limits,
             )
             await relay.start()
         else:
@@ -228,6 +246,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 max_message_bytes=settings.grpc_max_message_bytes,
                 inference_log=journal,
                 tls=settings.tls.grpc,
+                connection_limits=settings.grpc_connection_limits,
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
@@ -237,6 +256,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("loading model repository %s", settings.repository)
     try:
         # Releases first, so their versions load whatever the policy says.
+        await asyncio.to_thread(read_at_start, releases, verdicts)
         resume_saved(releases)
         reconcile_files(releases)
         control.load_startup()
@@ -307,6 +327,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     if control.settings.mode is ControlMode.POLL:
         tasks.append(asyncio.create_task(control.poll_forever()))
     tasks.append(asyncio.create_task(check_releases(releases)))
+    tasks.append(asyncio.create_task(follow_store(releases, verdicts, settings.release_store_poll_secs)))
     waits = [asyncio.create_task(stopping.wait()), *serving]
     for lost in (relay and relay.lost, frontends and frontends.hub.lost):
         if lost:

@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         circuit_breaker_defaults=defaults,
         fallback_strategy=args.fallback_strategy,
         state_dir=args.state_dir,
+        release_store=args.release_store,
+        release_store_poll_secs=args.release_store_poll_secs,
         backend_config=tuple(backend_setting(e) if isinstance(e, str) else e for e in args.backend_config),
         gateway=gateway,
         **limit_settings(args),

@@ -1,4 +1,4 @@
-"""``conch release start|status|promote|rollback|pause|resume|gate``: a release from the terminal or CI.
+"""``conch release start|status|promote|rollback|pause|resume|approve|readmit|gate``: a release from the terminal or CI.
 
 Every subcommand but ``gate`` is one call of the server's release API (:mod:`conch.client.releases`);
 ``gate`` reads Prometheus as every replica's ``judge: prometheus`` gate does, with the same queries and
@@ -37,6 +37,12 @@ ACTION_HELP = {
     "pause": "hold the step's traffic as it is, unjudged, until resume or promote",
     "resume": "run the paused step again, judged from now on",
 }
+
+
+_AS_HELP = (
+    "who you are, for a server without --auth jwt (recorded, not verified); with a token the server "
+    "takes its sub"
+)
 
 
 class _Refusal(Exception):
@@ -83,6 +89,19 @@ def add_parser(commands: Any) -> None:
     for action in ACTIONS:
         acted = steps.add_parser(action, parents=[server], help=ACTION_HELP[action])
         acted.set_defaults(run=_run(_act(action)))
+    approve = steps.add_parser(
+        "approve", parents=[server], help="approve the current step (a step with approvals: N needs N)"
+    )
+    approve.add_argument("--as", dest="identity", default="", help=_AS_HELP)
+    approve.set_defaults(run=_run(lambda client, args: client.signed(args.model, "approve", args.identity)))
+    readmit = steps.add_parser(
+        "readmit", parents=[server], help="let a version a rollback rejected serve and be released again"
+    )
+    readmit.add_argument("version", type=at_least(1), metavar="VERSION", help="the rejected version")
+    readmit.add_argument("--as", dest="identity", default="", help=_AS_HELP)
+    readmit.set_defaults(
+        run=_run(lambda client, args: client.signed(args.model, "readmit", args.identity, args.version))
+    )
     _add_gate(steps)
 
 

@@ -39,6 +39,9 @@ def console() -> Console:
 
 def print_status(status: dict[str, Any], out: Console) -> None:
     """A ``GET /v2/models/{m}/release`` answer: the release, its gate checks and its last events."""
+    if "readmitted" in status:  # a re-admission on a model with no release held
+        out.print(f"version {status['readmitted']} of {status['model']} re-admitted by {status['identity']}")
+        return
     baseline, candidate = status["baseline"], status["candidate"]
     summary = Table(box=None, show_header=False, title_justify="left", pad_edge=False)
     summary.title = f"Release of {status['model']}: version {baseline} to version {candidate}"
@@ -51,6 +54,16 @@ def print_status(status: dict[str, Any], out: Console) -> None:
         "shadow", "on: every request also runs on the other version" if status["shadow"] else "off"
     )
     summary.add_row("gate", _gate(status["gate"]))
+    for waiting in status.get("waiting_for") or []:
+        summary.add_row("waiting", waiting)
+    approvals = status.get("approvals")
+    if approvals:
+        by = f" ({', '.join(approvals['by'])})" if approvals["by"] else ""
+        summary.add_row("approvals", f"{approvals['have']} of {approvals['needed']}{by}")
+    for rejected in status.get("rejected") or []:
+        summary.add_row("rejected", f"version {rejected['version']}: {rejected['reason']}")
+    for unshared in status.get("unshared_verdicts") or []:
+        summary.add_row("not shared", unshared)
     shadow = status["shadow_figures"]
     summary.add_row(
         "compared",

@@ -154,6 +154,23 @@ def model_control_flags(serve: argparse.ArgumentParser) -> None:
     )
     setting(
         serve,
+        "--release-store",
+        str,
+        "",
+        "where every replica and CLI command shares the versions releases rejected, promoted, re-admitted "
+        "and approved: a folder, or s3://[host:port/]bucket/prefix; empty: .conch-verdicts inside the "
+        "model repository (conch docs releases)",
+    )
+    setting(
+        serve,
+        "--release-store-poll-secs",
+        at_least(1),
+        "5",
+        "seconds between two reads of the release store: a version rejected on one replica stops serving "
+        "on the others within this",
+    )
+    setting(
+        serve,
         "--exit-timeout-secs",
         at_least(0),
         "30",

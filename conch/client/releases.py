@@ -80,6 +80,14 @@ class ReleaseClient:
             raise ValueError(f"no release action '{action}'; the actions are {', '.join(ACTIONS)}")
         return self._call("POST", model, "/" + action, b"")
 
+    def signed(self, model: str, action: str, identity: str, version: int | None = None) -> dict[str, Any]:
+        """``approve`` the current step or ``readmit`` a rejected ``version``; ``identity`` names who, for
+        a server without auth (with a token, the server takes its ``sub``)."""
+        body: dict[str, Any] = {} if version is None else {"version": version}
+        if identity:
+            body["identity"] = identity
+        return self._call("POST", model, "/" + action, json.dumps(body).encode())
+
     def _call(self, method: str, model: str, tail: str, body: bytes | None = None) -> dict[str, Any]:
         path = f"/v2/models/{urllib.parse.quote(model, safe='')}/release{tail}"
         request = urllib.request.Request(self.url + path, data=body, method=method)

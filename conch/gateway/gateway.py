@@ -9,6 +9,7 @@ skip all of this with one attribute check.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -118,7 +119,9 @@ class Gateway:
                 f"the token lacks the '{needed}' scope this call needs", (("www-authenticate", challenge),)
             )
         subject = claims.get("sub")
-        return (grant, "jwt", subject) if isinstance(subject, str) and subject else (grant, "address", peer)
+        if isinstance(subject, str) and subject:
+            return dataclasses.replace(grant, subject=subject), "jwt", subject
+        return grant, "address", peer
 
     def _take(self, call: Call, client_class: str, client: str) -> tuple[tuple[str, str], ...]:
         own = self.sources.model_limit(call.model) if call.model else None

@@ -27,6 +27,8 @@ class Grant:
     admin: bool = False
     every_model: bool = False
     models: frozenset[str] = frozenset()
+    #: The verified token's ``sub``: who approves or re-admits a release's version ("" without a token).
+    subject: str = ""
 
     def may_see(self, model: str) -> bool:
         """Whether the token may infer with, and read about, ``model``."""

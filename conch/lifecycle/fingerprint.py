@@ -20,6 +20,22 @@ def version_fingerprint(version_dir: Path) -> str:
     return _digest(_entries(version_dir))
 
 
+def content_fingerprint(version_dir: Path) -> str:
+    """The bytes of one version folder: every file's relative path and the SHA-256 of its content.
+
+    Unlike :func:`version_fingerprint` it does not change when a file is copied or downloaded again, so
+    another pod, or the same pod after a fresh sync from S3, finds the same value. It reads every byte
+    (about 1 s for 1 GB), so it is taken only for a version with a rejection on record.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(version_dir.rglob("*")):
+        if path.is_file() and path.name != "metadata.json":
+            with path.open("rb") as file:
+                inner = hashlib.file_digest(file, "sha256").hexdigest()
+            digest.update(f"{path.relative_to(version_dir).as_posix()}\0{inner}\n".encode())
+    return digest.hexdigest()[:32]
+
+
 def model_fingerprint(model_dir: Path) -> str:
     """Everything in a model folder: its config, warm-up files and every version folder."""
     return _digest(_entries(model_dir))

@@ -28,15 +28,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.core.errors import InvalidArgumentError, UnavailableError, did_you_mean
+from conch.core.errors import ConchError, InvalidArgumentError, UnavailableError, did_you_mean
 from conch.lifecycle.fingerprint import model_fingerprint
-from conch.lifecycle.loader import ModelLoader
+from conch.lifecycle.loader import ModelLoader, RejectedVersion
 from conch.observability.events import emit
 from conch.repository.model import Model, ModelVersion
 from conch.repository.model_repository import ModelRepository
@@ -78,6 +78,8 @@ class ModelControl:
         self.after_scan: Callable[[], object] | None = None
         #: The versions of a model that must stay loaded whatever its policy says (a release's).
         self.pinned: Callable[[str], set[int]] = lambda name: set()
+        #: The versions of a model a release rejected; raises a ConchError while nobody can tell.
+        self.rejected: Callable[[str], Mapping[int, RejectedVersion]] = lambda name: {}
         self._lock = asyncio.Lock()
         self._fingerprints: dict[str, str] = {}
         self._drains: set[asyncio.Task[None]] = set()
@@ -99,8 +101,7 @@ class ModelControl:
                 continue
             log.info("loading model '%s'", folder.name)
             self._fingerprints[folder.name] = model_fingerprint(folder)
-            pinned = frozenset(self.pinned(folder.name))
-            self.repository.models[folder.name] = self.loader.load(folder, None, None, pinned)
+            self.repository.models[folder.name] = self._built(folder, None, None)
         for missing in sorted(wanted - {folder.name for folder in folders}):
             reason = f"--load-model names '{missing}', which is not a folder of the model repository"
             log.error("model '%s' is UNAVAILABLE: %s", missing, reason)
@@ -177,8 +178,7 @@ class ModelControl:
         if previous is None:
             self.repository.loading.add(name)
         try:
-            pinned = frozenset(self.pinned(name))
-            built = await asyncio.to_thread(self.loader.load, folder, override, previous, pinned)
+            built = await asyncio.to_thread(self._built, folder, override, previous)
         finally:
             self.repository.loading.discard(name)
         failure = _failure(built)
@@ -191,6 +191,15 @@ class ModelControl:
             log, "model_swapped" if previous else "model_served", model=name, versions=sorted(served.versions)
         )
         return failure
+
+    def _built(self, folder: Path, override: mc.ModelConfig | None, previous: Model | None) -> Model:
+        """The model in ``folder``, built with the versions its release holds and those it rejected."""
+        try:
+            rejected = self.rejected(folder.name)
+        except ConchError as exc:
+            emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=exc.message)
+            return Model(folder.name, reason=exc.message)
+        return self.loader.load(folder, override, previous, frozenset(self.pinned(folder.name)), rejected)
 
     async def _unload(self, name: str, replacement: Model | None) -> None:
         previous = self.repository.models.get(name)

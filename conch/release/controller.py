@@ -20,16 +20,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from conch.core.errors import InvalidArgumentError, NotFoundError
+from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.events import emit
 from conch.release.compare import Comparison
 from conch.release.gate import Judgement, Role
-from conch.release.model_release import ModelRelease, judge_step, status_of
+from conch.release.model_release import (
+    ModelRelease,
+    end_inconclusive,
+    judge_step,
+    resolve_agreement,
+    status_of,
+)
+from conch.release.outcomes import (
+    approval,
+    approvals_missing,
+    default_baseline,
+    refusal_to_start,
+    verdict_status,
+    verdicts_of,
+    waiting_for,
+)
 from conch.release.prometheus_judge import DRIFT_SCORE_BUCKETS
-from conch.release.spec import ReleaseSpec, spec_from_dict
+from conch.release.spec import ReleaseSpec, spec_from_dict, spec_to_json
 from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
-from conch.repository.model import Model
+from conch.release.verdicts import READMITTED, Rejection, Verdict, VerdictBook, release_digest
 from conch.repository.model_repository import ModelRepository
 from conch.repository.version_policy import version_folders
 
@@ -51,6 +66,13 @@ class ReleaseController:
         self.releases: dict[str, ModelRelease] = {}
         #: Called with a model's name when the versions it must keep loaded changed.
         self.on_pinned_changed: Callable[[str], object] | None = None
+        #: The verdicts every replica shares (rejections, promotions, approvals), and where new ones go.
+        self.book = VerdictBook()
+        self.on_verdict: Callable[[Verdict], object] | None = None
+        #: Whether a version folder added after start is loaded (not with model control mode none).
+        self.folders_appear = True
+        #: Digests of ended releases whose ``release.yaml`` was seen again (logged once, never started).
+        self.ended_seen: set[str] = set()
 
     # -- what the router and the lifecycle ask ------------------------------------------------------
 
@@ -62,11 +84,15 @@ class ReleaseController:
         release = held.release
         if release.state.active:
             return {release.baseline, release.spec.candidate}
-        if release.state is ReleaseState.ROLLED_BACK:
-            return {release.baseline, release.spec.candidate}
-        if release.state is ReleaseState.FAILED:
+        if release.state in (ReleaseState.ROLLED_BACK, ReleaseState.FAILED):
             return {release.baseline}
         return {release.spec.candidate}
+
+    def rejected(self, model: str) -> dict[int, Rejection]:
+        """The versions of ``model`` a rollback rejected; a 503 while the shared store was never read."""
+        if self.book.unreadable:
+            raise UnavailableError(self.book.unreadable)
+        return self.book.of(model).rejected
 
     def split(self, model: str) -> tuple[int, int, int] | None:
         """``(baseline, candidate, candidate's percent)`` for requests that name no version, or None
@@ -144,6 +170,9 @@ class ReleaseController:
         if model not in folders:
             self.repository.model(model)  # the 404 in Triton's words
         available = version_folders(folders[model])
+        refusal = refusal_to_start(model, spec, self.book.of(model), available, self.folders_appear)
+        if refusal is not None:
+            raise InvalidArgumentError(refusal)
         current = self.releases.get(model)
         if current is not None and current.release.state.active:
             raise InvalidArgumentError(
@@ -164,14 +193,25 @@ class ReleaseController:
             raise InvalidArgumentError(
                 f"release: candidate version {spec.candidate} of '{model}' is not READY: {candidate.reason}"
             )
-        release = Release.create(spec, self.clock(), serving=_serving(served, available, spec.candidate))
-        held = ModelRelease.of(release)
-        held.file_spec = file_spec
-        self.releases[model] = held
+        rejected = self.book.of(model).rejected
+        serving = default_baseline(served, available, spec.candidate, self.book.of(model).promoted, rejected)
+        release = Release.create(spec, self.clock(), serving=serving)
+        held = self._hold(model, release, file_spec)
+        if spec.readmit and spec.candidate in rejected:
+            self._readmitted(model, spec.candidate, "release.yaml", f"readmit: true in release {held.digest}")
         self._changed(model, release.history[-1])
         self._pinned_changed(model)
         self.check_model(model)
         return release
+
+    def rejected_elsewhere(self, model: str) -> None:
+        """Roll back an active release whose candidate another replica (or person) rejected."""
+        held = self.releases.get(model)
+        if held is None or not held.release.state.active:
+            return
+        rejection = self.book.of(model).rejected.get(held.release.spec.candidate)
+        if rejection is not None:
+            self.act(model, "rollback", f"rejected elsewhere: {rejection.reason}", reject=False)
 
     def versions_loaded(self, model: str) -> None:
         """A load the release asked for is over: a pending release starts now if both versions are
@@ -180,12 +220,19 @@ class ReleaseController:
         if held is not None and held.release.state is ReleaseState.PENDING:
             self._start_when_ready(model, held, self.clock())
 
-    def act(self, model: str, action: str, reason: str | None = None) -> Release:
-        """``promote``, ``rollback``, ``pause`` or ``resume``, by hand unless ``reason`` says why."""
+    def act(self, model: str, action: str, reason: str | None = None, reject: bool = True) -> Release:
+        """``promote``, ``rollback``, ``pause`` or ``resume``, by hand unless ``reason`` says why.
+
+        A rollback rejects the candidate everywhere, unless ``reject`` is False (the release was
+        withdrawn, which judges nothing). A promote is refused while the step lacks approvals.
+        """
         held = self._held(model)
         now = self.clock()
         if action not in ACTIONS:
             raise NotFoundError(f"no release action '{action}'; the actions are {list(ACTIONS)}")
+        missing = approvals_missing(held.release, held.digest, self.book.of(model))
+        if action == "promote" and missing is not None and held.release.state.active:
+            raise InvalidArgumentError(f"cannot promote: {missing}")
         act = getattr(held.release, action)
         event = act(now) if reason is None else act(now, reason)
         if action in ("promote", "resume"):
@@ -194,19 +241,57 @@ class ReleaseController:
             held.last_judgement = None  # the step is judged afresh, as when its duration moves it on
         if action == "rollback":
             held.rollbacks += 1
-        self._changed(model, event)
+        self._changed(model, event, reject)
         self._pinned_changed(model)
         return held.release
 
+    def approve(self, model: str, identity: str) -> Release:
+        """``identity`` approves the current step; the approval that completes a pause step passes it."""
+        held = self._held(model)
+        release, now = held.release, self.clock()
+        step = release.current_step
+        if not release.state.active or step is None or release.step is None or not step.approvals:
+            at = f"step {release.step}" if release.step is not None else "no step yet"
+            raise InvalidArgumentError(
+                f"cannot approve: the release of version {release.spec.candidate} is {release.state.value} "
+                f"at {at}, which needs no approval"
+            )
+        if identity in self.book.of(model).approvers(held.digest, release.step):
+            raise InvalidArgumentError(
+                f"cannot approve: '{identity}' already approved step {release.step}; it needs "
+                f"{step.approvals} approvals from distinct identities"
+            )
+        self._decided(approval(model, held.digest, release.step, identity, now))
+        count = len(self.book.of(model).approvers(held.digest, release.step))
+        self._changed(model, release.note(now, "approved", f"by {identity}: {count} of {step.approvals}"))
+        if count >= step.approvals and release.state is ReleaseState.PAUSED and step.pause:
+            return self.act(model, "promote", f"approved by {count} of {step.approvals}")
+        return release
+
+    def readmit(self, model: str, version: int, identity: str) -> None:
+        """Let a rejected version serve again (``conch release readmit``); a 400 when it is not rejected."""
+        self.repository.model(model)
+        if version not in self.book.of(model).rejected:
+            raise InvalidArgumentError(
+                f"cannot readmit: version {version} of '{model}' is not rejected; the rejected versions are "
+                f"{sorted(self.book.of(model).rejected) or 'none'}"
+            )
+        self._readmitted(model, version, identity, "re-admitted by hand")
+        self._pinned_changed(model)
+
     def status(self, model: str) -> dict[str, Any]:
-        """``GET /v2/models/{m}/release``: state, step, weights, each gate figure with its limit, history."""
-        return status_of(model, self._held(model), self.clock())
+        """``GET /v2/models/{m}/release``: state, step, weights, each gate figure with its limit, history,
+        and the model's verdicts (rejected versions and why, the last promoted one, approvals)."""
+        held = self._held(model)
+        status = status_of(model, held, self.clock())
+        status.update(verdict_status(held, self.book.of(model), self.book.unshared))
+        if held.release.state is ReleaseState.PENDING:
+            status["waiting_for"] = waiting_for(self.repository.models.get(model), held.release)
+        return status
 
     def adopt(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> None:
         """Take over a release saved before a restart, as it was (:mod:`.declarations` reads it)."""
-        held = ModelRelease.of(release)
-        held.file_spec = file_spec
-        self.releases[model] = held
+        self._hold(model, release, file_spec)
         emit(log, "release_resumed", model=model, state=release.state.value, step=release.step)
 
     # -- the gate -----------------------------------------------------------------------------------
@@ -234,6 +319,7 @@ class ReleaseController:
         held = self.releases[model]
         release = held.release
         now = self.clock()
+        resolve_agreement(held, self.repository.root / model)
         if release.state is ReleaseState.PENDING:
             self._start_when_ready(model, held, now)
             return
@@ -250,7 +336,10 @@ class ReleaseController:
             self._changed(model, event)
             self._pinned_changed(model)
             return
-        if _may_advance(judgement, release):
+        if (
+            _may_advance(judgement, release)
+            and approvals_missing(release, held.digest, self.book.of(model)) is None
+        ):
             moved = release.advance_if_due(now)
             if moved is not None:
                 held.figures.reset()
@@ -259,6 +348,10 @@ class ReleaseController:
                 self._changed(model, moved)
                 if release.state is ReleaseState.PROMOTED:
                     self._pinned_changed(model)
+        elif (ended := end_inconclusive(release, judgement, now)) is not None:
+            held.rollbacks += release.state is ReleaseState.ROLLED_BACK
+            self._changed(model, ended)
+            self._pinned_changed(model)
 
     def _start_when_ready(self, model: str, held: ModelRelease, now: float) -> None:
         """``pending`` -> the first step once both versions are READY.
@@ -292,7 +385,29 @@ class ReleaseController:
             )
         return held
 
-    def _changed(self, model: str, event: ReleaseEvent) -> None:
+    def _hold(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> ModelRelease:
+        held = ModelRelease.of(release)
+        held.file_spec = file_spec
+        held.digest = release_digest(model, spec_to_json(release.spec))
+        self.releases[model] = held
+        return held
+
+    def _readmitted(self, model: str, version: int, identity: str, reason: str) -> None:
+        self._decided(
+            Verdict(READMITTED, model, self.clock(), version=version, reason=reason, identity=identity)
+        )
+        emit(log, "version_readmitted", model=model, version=version, identity=identity, reason=reason)
+
+    def _decided(self, verdict: Verdict) -> None:
+        """A verdict taken here: in force at once, and handed on to be written to the shared store."""
+        self.book.add(verdict)
+        if self.on_verdict is not None:
+            self.on_verdict(verdict)
+
+    def _changed(self, model: str, event: ReleaseEvent, reject: bool = True) -> None:
+        held = self.releases[model]
+        for verdict in verdicts_of(model, held.release, held.digest, event, reject):
+            self._decided(verdict)
         emit(
             log,
             "release_" + event.event,
@@ -309,22 +424,14 @@ class ReleaseController:
             self.on_pinned_changed(model)
 
 
-def _serving(served: Model | None, available: list[int], candidate: int) -> int | None:
-    """The default baseline: the newest READY version that is not the candidate, else the newest
-    version folder below the candidate (at start, before anything is loaded)."""
-    ready = [v.version for v in served.ready_versions if v.version != candidate] if served else []
-    if ready:
-        return ready[-1]
-    older = [number for number in available if number < candidate]
-    return older[-1] if older else None
-
-
 def _may_advance(judgement: Judgement, release: Release) -> bool:
-    """A step ends only when judged and passed; a step at weight 100 has no baseline traffic to judge
-    against (the steps before it were judged), so its duration alone ends it."""
+    """A step ends only when its judgement is settled (or, with ``on_inconclusive: advance``, not
+    failed); a step at weight 100 has no baseline traffic to judge against (the steps before it were
+    judged), so its duration alone ends it."""
     step = release.current_step
     everything = step is not None and step.weight == 100
-    return everything or (judgement.ready and not judgement.failed)
+    anyway = release.spec.gate.on_inconclusive == "advance" and not judgement.failed
+    return everything or judgement.settled or anyway
 
 
 def spec_from_body(body: object) -> ReleaseSpec:

@@ -17,6 +17,7 @@ from typing import Any
 from conch.core.errors import InvalidArgumentError
 from conch.release.controller import ReleaseController
 from conch.release.spec import ReleaseSpec, spec_from_yaml, spec_to_json
+from conch.release.verdicts import release_digest
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,22 @@ def reconcile_files(releases: ReleaseController) -> list[str]:
             continue
         if spec is None:
             if held is not None and held.file_spec is not None and held.release.state.active:
-                releases.act(model, "rollback", f"{RELEASE_FILE} was removed")
+                releases.act(model, "rollback", f"{RELEASE_FILE} was removed", reject=False)
                 acted.append(model)
             continue
         declared = spec_to_json(spec)
         if held is not None and held.file_spec == declared:
+            continue
+        digest = release_digest(model, declared)
+        if digest in releases.book.of(model).ended:
+            if digest not in releases.ended_seen:
+                releases.ended_seen.add(digest)
+                log.info(
+                    "%s/%s declares release %s, which has ended; it is not started again",
+                    model,
+                    RELEASE_FILE,
+                    digest,
+                )
             continue
         if held is not None and held.release.state.active:
             log.warning(

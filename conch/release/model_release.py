@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from conch.release.gate import GateTracker, Judgement, StepFigures, judge, limits_of
+from conch.release.expected_agreement import AgreementLimit, agreement_limit, read_expected
+from conch.release.gate import GateTracker, Judgement, StepFigures, judged_steps, limits_of
 from conch.release.prometheus_judge import (
     DRIFT_SCORE_BUCKETS,
     PrometheusClient,
     PrometheusUnavailableError,
     prometheus_figures,
 )
-from conch.release.state import Release
+from conch.release.sequential_gate import judge_sequentially
+from conch.release.state import Release, ReleaseEvent, ReleaseState
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +44,15 @@ class ModelRelease:
     drift_sum: float = 0.0
     #: The spec as ``release.yaml`` gave it, to tell a changed file from an unchanged one.
     file_spec: dict[str, Any] | None = None
+    #: The release's identity on every replica (:func:`conch.release.verdicts.release_digest`).
+    digest: str = ""
     #: Per version, every answer the local gate counts (routed ones and shadow copies) and its server
     #: errors, so that ``judge: prometheus`` counts the same: Triton's ``nv_inference_*`` leave the
     #: copies out, and a dark launch (``weight: 0, shadow: true``) would never reach ``min_requests``.
     answers: Counter[int] = field(default_factory=Counter)
     server_errors: Counter[int] = field(default_factory=Counter)
+    #: The release's ``min_agreement`` and where it came from, read when its first step is judged.
+    agreement: AgreementLimit | None = None
 
     @classmethod
     def of(cls, release: Release) -> ModelRelease:
@@ -56,25 +63,66 @@ class ModelRelease:
 def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
     """The gate's judgement of the current step: from the figures counted here (``judge: local``) or
     from Prometheus's over the step so far; None when Prometheus cannot answer (judged next round)."""
-    gate = held.release.spec.gate
-    limits = limits_of(gate)
+    release = held.release
+    gate = release.spec.gate
+    resolved = held.agreement
+    limits = limits_of(
+        gate,
+        judged_steps(release.spec.steps),
+        None if resolved is None else resolved.limit,
+        0.0 if resolved is None else resolved.noise,
+    )
     if gate.judge == "local":
-        return judge(held.figures.snapshot(), limits)
+        return judge_sequentially(held.figures.snapshot(), limits, held.tracker.latency_looks)
     assert gate.prometheus_url is not None
-    window = max(1.0, held.release.step_elapsed_s(now))
+    window = max(1.0, release.step_elapsed_s(now))
     try:
         figures = prometheus_figures(
             PrometheusClient(gate.prometheus_url),
             model,
-            str(held.release.baseline),
-            str(held.release.spec.candidate),
+            str(release.baseline),
+            str(release.spec.candidate),
             window,
             gate.drift_threshold,
         )
     except PrometheusUnavailableError as exc:
         log.warning("release of '%s': cannot judge now: %s", model, exc.message)
         return None
-    return judge(figures, limits)
+    return judge_sequentially(figures, limits, held.tracker.latency_looks)
+
+
+def resolve_agreement(held: ModelRelease, model_dir: Path) -> AgreementLimit | None:
+    """The release's ``min_agreement``: declared, else from the candidate's recorded expected agreement
+    against the baseline, else the default (:mod:`conch.release.expected_agreement`). Read once, when
+    the candidate's folder is there; None before."""
+    release = held.release
+    candidate_dir = model_dir / str(release.spec.candidate)
+    if held.agreement is None and (candidate_dir.is_dir() or release.state is not ReleaseState.PENDING):
+        held.agreement = agreement_limit(
+            release.spec.gate.min_agreement,
+            read_expected(candidate_dir),
+            release.baseline,
+            read_expected(model_dir / str(release.baseline)),
+        )
+    return held.agreement
+
+
+def end_inconclusive(release: Release, judgement: Judgement, now: float) -> ReleaseEvent | None:
+    """The step's duration is over and its judgement is not settled: the gate's ``on_inconclusive``
+    (``pause`` or ``rollback``; ``advance`` is the controller's ordinary move), with the figures that
+    kept it open. None while the step runs, or when nothing is left open."""
+    step = release.current_step
+    if release.state is not ReleaseState.PROGRESSING or step is None or judgement.settled:
+        return None
+    if step.duration_s is not None and release.step_elapsed_s(now) < step.duration_s:
+        return None
+    reason = f"gate inconclusive at the end of step {release.step}: {judgement.waiting}"
+    action = release.spec.gate.on_inconclusive
+    if action == "rollback":
+        return release.rollback(now, reason)
+    if action == "pause":
+        return release.pause(now, reason)
+    return None
 
 
 def status_of(model: str, held: ModelRelease, now: float) -> dict[str, Any]:
@@ -90,10 +138,23 @@ def status_of(model: str, held: ModelRelease, now: float) -> dict[str, Any]:
     body["gate"] = {
         "judge": release.spec.gate.judge,
         "ready": judgement.ready if judgement else False,
+        "settled": judgement.settled if judgement else False,
+        "waiting": judgement.waiting if judgement else "",
         "consecutive_failures": held.tracker.consecutive_failures,
         "failure_threshold": release.spec.gate.failure_threshold,
+        "on_inconclusive": release.spec.gate.on_inconclusive,
+        "min_agreement_source": held.agreement.source if held.agreement else "",
         "checks": [
-            {"name": c.name, "value": c.value, "limit": c.limit, "outcome": str(c.outcome)}
+            {
+                "name": c.name,
+                "value": c.value,
+                "limit": c.limit,
+                "outcome": str(c.outcome),
+                "lower": c.lower,
+                "upper": c.upper,
+                "noise": c.noise,
+                "detail": c.detail if str(c.outcome) == "pending" else "",
+            }
             for c in (judgement.checks if judgement else ())
         ],
     }

@@ -1,45 +1,135 @@
-"""How ``conch serve`` runs releases: their controller over the repository, its saved state, and the
-periodic judgement of every release's gate."""
+"""How ``conch serve`` runs releases: their controller over the repository, its saved state, the shared
+store of verdicts, and the periodic judgement of every release's gate."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
+import time
 from pathlib import Path
 
-from conch.lifecycle.model_control import ModelControl
+from conch.lifecycle.fingerprint import content_fingerprint
+from conch.lifecycle.model_control import ControlMode, ModelControl
+from conch.observability.events import emit
 from conch.release.controller import ReleaseController
 from conch.release.declarations import reconcile_files
 from conch.release.store import ReleaseStore
+from conch.release.verdict_store import VerdictStore, VerdictStoreError
+from conch.release.verdicts import REJECTED, Verdict
 from conch.repository.model_repository import ModelRepository
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two judgements of every release's gate.
 RELEASE_CHECK_SECS = 1.0
+#: How long ``conch serve`` tries to read the release store at start before it serves without it.
+STORE_START_SECS = 10.0
+VERDICTS_FOLDER = ".conch-verdicts"
+
+
+def default_store(repository: Path) -> str:
+    """Where verdicts go when ``--release-store`` is empty: beside the models, in a hidden folder of the
+    repository (of the bucket, for an ``s3://`` one), so that every server of the repository shares it."""
+    try:
+        url = json.loads((repository.parent / "source.json").read_text())["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(repository / VERDICTS_FOLDER)
+    return f"{str(url).rstrip('/')}/{VERDICTS_FOLDER}"
 
 
 def release_controller(
-    repository: ModelRepository, control: ModelControl, state_dir: Path
+    repository: ModelRepository, control: ModelControl, state_dir: Path, store: VerdictStore
 ) -> ReleaseController:
-    """The releases of this repository, saved in ``state_dir`` (``--state-dir``); a release's pinned
-    versions stay loaded, and ``release.yaml`` files are read after each poll scan."""
+    """The releases of this repository, saved in ``state_dir`` (``--state-dir``) with their verdicts in
+    ``store``; a release's pinned versions stay loaded, its rejected ones stay out, and
+    ``release.yaml`` files are read after each poll scan."""
     releases = ReleaseController(repository, ReleaseStore(state_dir))
+    releases.folders_appear = control.settings.mode is not ControlMode.NONE
     control.pinned = releases.pinned
+    control.rejected = releases.rejected
     control.after_scan = lambda: reconcile_files(releases)
-    refreshing: set[asyncio.Task[None]] = set()
+    background: set[asyncio.Task[None]] = set()
+
+    def keep(task: asyncio.Task[None]) -> None:
+        background.add(task)
+        task.add_done_callback(background.discard)
 
     async def refresh(name: str) -> None:
         await control.refresh(name)
         releases.versions_loaded(name)
 
     def reload(name: str) -> None:
-        task = asyncio.get_running_loop().create_task(refresh(name))
-        refreshing.add(task)
-        task.add_done_callback(refreshing.discard)
+        keep(asyncio.get_running_loop().create_task(refresh(name)))
+
+    def write(verdict: Verdict) -> None:
+        keep(asyncio.get_running_loop().create_task(_written(releases, store, repository.root, verdict)))
 
     releases.on_pinned_changed = reload
+    releases.on_verdict = write
     return releases
+
+
+def read_at_start(releases: ReleaseController, store: VerdictStore, wait_s: float = STORE_START_SECS) -> None:
+    """Read every verdict before anything loads. A store that cannot be read within ``wait_s`` leaves
+    every model UNAVAILABLE with the reason (fail closed: a rejected version must never serve because
+    the record of its rejection was out of reach); :func:`follow_store` loads them once it answers."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            releases.book.read(store.read())
+            return
+        except VerdictStoreError as exc:
+            if time.monotonic() >= deadline:
+                releases.book.unreadable = (
+                    f"{exc}; no version is served until it answers, so that a version a release rejected "
+                    "never serves (set --release-store to a store every replica can read)"
+                )
+                log.error("%s", releases.book.unreadable)
+                return
+            time.sleep(1.0)
+
+
+async def follow_store(releases: ReleaseController, store: VerdictStore, poll_secs: float) -> None:
+    """Every ``poll_secs``, read what other replicas decided: a model whose rejections or promotion
+    changed loads again (a version rejected elsewhere stops serving here within one poll), and an active
+    release whose candidate was rejected elsewhere is rolled back here too."""
+    while True:
+        await asyncio.sleep(poll_secs)
+        was_unreadable = bool(releases.book.unreadable)
+        try:
+            stored = await asyncio.to_thread(store.read)
+        except VerdictStoreError as exc:
+            log.warning("%s; the verdicts known here stay in force", exc)
+            continue
+        changed = releases.book.read(stored)
+        if was_unreadable:
+            log.info("release store %s answers: loading the models", store)
+            changed = {folder.name for folder in releases.repository.model_folders()}
+        for model in sorted(changed):
+            releases.rejected_elsewhere(model)
+            if releases.on_pinned_changed is not None:
+                releases.on_pinned_changed(model)
+
+
+async def _written(releases: ReleaseController, store: VerdictStore, root: Path, verdict: Verdict) -> None:
+    """Write one verdict (a rejection with its content fingerprint), off the event loop."""
+    stored = verdict
+    try:
+        if verdict.kind == REJECTED and verdict.version is not None and verdict.fingerprint is None:
+            version_dir = root / verdict.model / str(verdict.version)
+            if version_dir.is_dir():
+                fingerprint = await asyncio.to_thread(content_fingerprint, version_dir)
+                stored = dataclasses.replace(verdict, fingerprint=fingerprint)
+        await asyncio.to_thread(store.append, stored)
+    except VerdictStoreError as exc:
+        emit(
+            log, "verdict_not_shared", logging.ERROR, model=verdict.model, kind=verdict.kind, reason=str(exc)
+        )
+        releases.book.unshared.append(f"{verdict.kind} of {verdict.model}: {exc}")
+        return
+    releases.book.written(verdict, stored)
 
 
 async def check_releases(releases: ReleaseController) -> None:

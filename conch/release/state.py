@@ -216,6 +216,10 @@ class Release:
             return self.pause(now, f"gate: {reason}")
         return self.rollback(now, f"gate: {reason}")
 
+    def note(self, now: float, event: str, reason: str) -> ReleaseEvent:
+        """An event that changes no state (an approval, a re-admission), kept in the history."""
+        return self._record(now, event, reason)
+
     def to_json(self, now: float) -> dict[str, Any]:
         """The release as saved in the state dir; ``GET .../release`` answers this with the figures.
 

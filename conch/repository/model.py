@@ -122,6 +122,8 @@ class Model:
     max_batch_size: int = -1
     #: The config's int8 twin and this server's preference (:mod:`conch.repository.quantized_twin`).
     twin: QuantizedTwin | None = None
+    #: Versions a release rejected, kept out whatever the policy says: number -> why.
+    rejected: dict[int, str] = field(default_factory=dict)
 
     @property
     def ready_versions(self) -> list[ModelVersion]:
@@ -158,6 +160,13 @@ class Model:
                 "whole number such as 1, or empty to let the model's version policy choose"
             )
         found = self.versions.get(int(version))
+        if found is None and int(version) in self.rejected:
+            number = int(version)
+            raise NotFoundError(
+                f"model '{self.name}' version {number} was rejected: {self.rejected[number]}; it serves "
+                f"nothing until re-admitted with `conch release readmit {self.name} {number}` (or "
+                "`readmit: true` in a changed release.yaml)"
+            )
         if found is None:
             served = ", ".join(str(number) for number in sorted(self.versions)) or "none"
             raise NotFoundError(

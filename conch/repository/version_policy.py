@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -23,8 +24,15 @@ def next_version(model_dir: Path) -> int:
     return max(version_folders(model_dir), default=0) + 1 if model_dir.is_dir() else 1
 
 
-def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list[int]:
-    """The versions ``policy`` serves out of ``available``; the default policy is ``latest { 1 }``."""
+def select_versions(
+    policy: mc.ModelVersionPolicy, available: list[int], rejected: Collection[int] = ()
+) -> list[int]:
+    """The versions ``policy`` serves out of ``available``; the default policy is ``latest { 1 }``.
+
+    ``rejected`` versions (a release rolled them back) are left out before the policy counts, so
+    ``latest { 1 }`` serves the newest version that was not rejected.
+    """
+    available = [number for number in available if number not in rejected]
     which = policy.WhichOneof("policy_choice")
     if which == "all":
         return sorted(available)

@@ -31,7 +31,7 @@ from conch.frontends.http.replies import (
     require,
 )
 from conch.frontends.http.request_log import is_inference, watched_send
-from conch.frontends.http.unread_body import CLOSE_HEADER, TrackedReceive
+from conch.frontends.http.unread_body import CLOSE_HEADER, DRAIN_CAP, TrackedReceive, worth_draining
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
@@ -39,6 +39,7 @@ from conch.lifecycle.deep_health import DeepHealth
 from conch.observability import log_settings, tracing
 from conch.observability.inference_log import InferenceLog, note_request, note_response
 from conch.observability.tracing import RequestTrace
+from conch.release.signed_actions import SIGNED_ACTIONS
 from conch.router.release_split import ROUTE_KEY_HEADER
 from conch.server import InferenceServer
 from conch.shared_memory.registry import registry_of
@@ -98,7 +99,7 @@ class HttpFrontend:
                 admitted = self._admit(scope)
             except ConchError as exc:
                 status, body, headers = refusal(exc)
-                await self._send(send, status, body, await self._unread_body(tracked, headers))
+                await self._send(send, status, body, await self._unread_body(scope, tracked, headers))
                 return
         if scope["path"].endswith("/generate_stream"):
             await self._generate_stream(scope, receive, send)
@@ -112,14 +113,16 @@ class HttpFrontend:
             status, body, headers = error_reply(ErrorKind.INTERNAL.http_status, "internal server error")
         if admitted:
             headers.extend(admitted)
-        await self._send(send, status, body, await self._unread_body(tracked, headers))
+        await self._send(send, status, body, await self._unread_body(scope, tracked, headers))
 
     async def _unread_body(
-        self, tracked: TrackedReceive, headers: list[tuple[bytes, bytes]]
+        self, scope: Scope, tracked: TrackedReceive, headers: list[tuple[bytes, bytes]]
     ) -> list[tuple[bytes, bytes]]:
         """``headers``, after reading off what the answer left of the request body (see
         :mod:`conch.frontends.http.unread_body`), with ``Connection: close`` where it was too large."""
-        if not tracked.finished and not await tracked.drain(self.max_body_bytes):
+        if tracked.finished:
+            return headers
+        if not worth_draining(scope, tracked) or not await tracked.drain(min(self.max_body_bytes, DRAIN_CAP)):
             headers.append(CLOSE_HEADER)
         return headers
 
@@ -141,7 +144,7 @@ class HttpFrontend:
         grant, headers = self.gateway.admit(
             "HTTP", call, lambda name: request_header(scope, name.encode()), peer
         )
-        if call.listing and not grant.every_model:
+        if (call.listing and not grant.every_model) or grant.subject:
             scope[GRANT_KEY] = grant
         return [(name.encode(), value.encode("latin-1")) for name, value in headers]
 
@@ -327,10 +330,14 @@ class HttpFrontend:
             require(method, "POST")
         else:
             require(method, "GET", "POST")
-        if action:
+        if action and action[0] not in SIGNED_ACTIONS:
             return json_reply(200, self.server.release_action(name, action[0]))
         body = await read_body(scope, receive, self.max_body_bytes)
-        document = infer_codec.load_json_object(body, self.json_depth)
+        document = infer_codec.load_json_object(body, self.json_depth) if body or not action else {}
+        if action:
+            grant = scope.get(GRANT_KEY)
+            subject = grant.subject if grant is not None else ""
+            return json_reply(200, self.server.signed_release_action(name, action[0], document, subject))
         return json_reply(200, self.server.start_release(name, document))
 
     async def _trace_setting(self, scope: Scope, receive: Receive, method: str, model: str) -> Reply:
