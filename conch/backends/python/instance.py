@@ -162,8 +162,7 @@ class PythonInstance:
         segment, refs = self._pool.write(list(inputs.items()))
         entry = request_entry(0, refs, output_names, "", {}, self._model)
         reply = process.ask({"op": "execute", "call": 0, "segment": segment, "requests": [entry]})
-        if reply.get("release"):
-            self._pool.release(reply["release"])
+        self._settle(reply)
         if reply["op"] != "result":
             raise InternalError(f"{self.spec.label} answered a warm-up request with '{reply['op']}'")
         timing.compute_input_ns, timing.compute_infer_ns, timing.compute_output_ns = reply["timing"]
@@ -262,8 +261,7 @@ class PythonInstance:
             reply = await future
         finally:
             self._calls.pop(call, None)
-        if reply.get("release"):
-            self._pool.release(reply["release"])
+        self._settle(reply)
         timing = ExecutionTiming(*reply["timing"])
         if reply.get("error"):
             error = InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
@@ -280,6 +278,15 @@ class PythonInstance:
             else:
                 outcomes.append(await self._late.sent(key))
         return outcomes, timing
+
+    def _settle(self, reply: dict[str, Any]) -> None:
+        """The input segment of an answered execution: reused, or handed over to the model that
+        keeps views of it (``kept``), so that no later batch overwrites them."""
+        assert self._pool is not None
+        if reply.get("release"):
+            self._pool.release(reply["release"])
+        elif reply.get("kept"):
+            self._pool.hand_over(reply["kept"])
 
     # -- messages from the process ---------------------------------------------------------------
 

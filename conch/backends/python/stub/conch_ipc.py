@@ -7,7 +7,10 @@ tensor crosses the process boundary as one ``memcpy`` and is never pickled.
 
 Each side writes into segments it owns (:class:`SegmentPool`) and the other side reads them
 (:class:`SegmentReader`). A message that carries tensors names its segment; the reader copies what it
-keeps and sends the segment back (``release``), and the owner reuses it. A segment is sized as
+keeps and sends the segment back (``release``), and the owner reuses it. A model's inputs are the
+exception: it reads them in place, and a segment it still views after ``execute`` is handed over
+(``kept``): the owner unlinks it and never writes it again, and the memory goes when the model drops
+the last view. A segment is sized as
 Triton's ``shm-default-byte-size`` and grows by ``shm-growth-byte-size`` steps for bigger messages.
 Segment names start with a prefix the server chooses per instance, so when a model process dies the
 server removes everything it left behind by that prefix.
@@ -164,6 +167,8 @@ class Segment:
     def __init__(self, name: str, size: int, create: bool) -> None:
         self.name = name
         self.size = size
+        #: Bytes the last write filled, from the start (what a handed-over segment still needs).
+        self.used = 0
         path = SHM_DIR / name
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o600)
@@ -234,6 +239,7 @@ class SegmentPool:
                 TensorRef(name, datatype, tuple(int(d) for d in array.shape), segment.name, offset, size)
             )
             offset += _aligned(size)
+        segment.used = offset
         return segment.name, refs
 
     def release(self, name: str) -> None:
@@ -253,6 +259,22 @@ class SegmentPool:
             dropped.map.close()
         if self.on_drop is not None:
             self.on_drop(dropped.name)
+
+    def hand_over(self, name: str) -> None:
+        """Give segment ``name`` up for good: the reader keeps views of it (a model that holds its
+        inputs). The file is unlinked, so the memory lives only while the reader maps it, and its
+        pages past the last write are freed, so a kept segment holds its tensors, not its size."""
+        with self._lock:
+            segment = self._used.pop(name, None)
+        if segment is None:
+            return
+        tail = -(-segment.used // mmap.PAGESIZE) * mmap.PAGESIZE
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            if tail < segment.size:
+                segment.map.madvise(mmap.MADV_REMOVE, tail, segment.size - tail)
+        segment.unlink()
+        with contextlib.suppress(BufferError):
+            segment.map.close()
 
     def close(self) -> None:
         with self._lock:
@@ -286,6 +308,11 @@ class SegmentReader:
         """The tensor as a numpy array over the segment (no copy; BYTES are decoded into objects)."""
         ref = as_ref(ref)
         return array_in(self._segment(ref.segment).map, ref)
+
+    def mapping(self, name: str) -> mmap.mmap:
+        """Segment ``name``'s mapping. Every array :meth:`view` makes over it holds a reference to it,
+        so its reference count tells whether any view (or a view of a view) is still alive."""
+        return self._segment(name).map
 
     def copy(self, ref: TensorRef) -> np.ndarray:
         """The tensor in memory of its own, safe to keep after the segment is released."""

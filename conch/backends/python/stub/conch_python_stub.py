@@ -265,6 +265,25 @@ class Stub:
             self.runtime.channel.send({"op": "failed", "message": describe(exc)})
 
     def execute(self, message: dict[str, Any]) -> None:
+        """Run one batch. Inputs are views on the server's segment, with no copy; a segment the
+        model still views when ``execute`` returns (it kept an input, or a view of one) is ``kept``:
+        the server hands it over and writes the next batch elsewhere, so kept inputs never change.
+        Every view holds a reference to the segment's mapping, so one reference count decides, at
+        no cost for a model that keeps nothing. A decoupled model's inputs are copied at once."""
+        name = message.get("segment")
+        mapping = self.runtime.segments.mapping(name) if name and not self.decoupled else None
+        before = sys.getrefcount(mapping)
+        reply = self.run_execute(message)
+        if mapping is not None:
+            reply["kept" if sys.getrefcount(mapping) > before else "release"] = name
+            if "kept" in reply:
+                self.runtime.segments.forget(name)
+        del mapping
+        self.runtime.channel.send(reply)
+
+    def run_execute(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The reply to one ``execute`` message; every array of the batch is gone when it returns,
+        but those the model kept."""
         started = time.perf_counter_ns()
         segments = self.runtime.segments
         keep = self.decoupled  # a decoupled model may read its inputs after execute returns
@@ -299,11 +318,8 @@ class Stub:
         except Exception as exc:
             done = time.perf_counter_ns()
             reply["error"] = describe(exc)
-        del requests
-        if not keep:
-            reply["release"] = message.get("segment")
         reply["timing"] = (ran - started, done - ran, time.perf_counter_ns() - done)
-        self.runtime.channel.send(reply)
+        return reply
 
     def check_returned(self, returned: Any, requests: list[pb_utils.InferenceRequest]) -> dict[str, Any]:
         if self.decoupled:
