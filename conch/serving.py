@@ -196,6 +196,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     verdicts = VerdictStore(settings.release_store or default_store(settings.repository))
     releases = release_controller(repository, control, state_dir, verdicts)
+    releases.identities_verified = settings.gateway.jwt is not None
     if (settings.repository.parent / "source.json").is_file():
         # An s3:// repository: each poll first brings its cache up to date. boto3 is imported only
         # then: its import alone adds about 16,000 objects that every full garbage collection walks.

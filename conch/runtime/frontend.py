@@ -21,6 +21,7 @@ import uvloop
 
 from conch import garbage_collection
 from conch.busy_poll import BusyPoll
+from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server import HttpServer
 from conch.frontends.tls import TlsSettings
@@ -73,6 +74,7 @@ async def run_frontend(args: argparse.Namespace) -> int:
             args.grpc_acceptors,
             args.grpc_max_message_bytes,
             tls.grpc,
+            GrpcConnectionLimits(**json.loads(args.grpc_connection_limits)),
         )
     except RuntimeError:
         return EXIT_CANNOT_LISTEN_GRPC
@@ -121,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-here", type=int, default=1, help="0: relay inference too (gateway on)")
     parser.add_argument("--grpc-acceptors", type=int, default=0)
     parser.add_argument("--grpc-max-message-bytes", type=int, required=True)
+    parser.add_argument("--grpc-connection-limits", default="{}", help="GrpcConnectionLimits as JSON")
     parser.add_argument("--http-limits", required=True, help="HttpLimits as JSON")
     parser.add_argument("--access-log", type=int, default=0)
     parser.add_argument("--tls", required=True, help="TlsSettings as JSON (conch.frontends.tls)")

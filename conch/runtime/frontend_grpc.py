@@ -20,7 +20,7 @@ from conch.core.errors import ConchError
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_gate import SERVICE
-from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
+from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, GrpcConnectionLimits, grpc_server_options
 from conch.frontends.grpc.status import STATUS_BY_NUMBER, abort
 from conch.frontends.tls import TlsFiles, bind_grpc
 from conch.router.release_split import ROUTE_KEY_HEADER
@@ -113,9 +113,10 @@ def create_frontend_grpc(
     acceptors: int,
     max_message_bytes: int,
     tls: TlsFiles,
+    connection_limits: GrpcConnectionLimits | None = None,
 ) -> tuple[grpc.aio.Server, CallAcceptors]:
     """This frontend's gRPC server on ``address``, sharing the port with the others (``SO_REUSEPORT``)."""
-    server = grpc.aio.server(options=grpc_server_options(True, max_message_bytes))
+    server = grpc.aio.server(options=grpc_server_options(True, max_message_bytes, connection_limits))
     handlers = FrontendServicer(link, decode_here).handlers()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     model_infer = CallAcceptors(server, MODEL_INFER_METHOD, handlers["ModelInfer"], acceptors)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.frontends.grpc.call_gate import stream_gate
+from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.grpc.grpc_server import served_methods
 from conch.frontends.grpc.servicer import InferenceServicer
 from conch.frontends.http.limits import HttpLimits
@@ -55,6 +56,7 @@ class FrontendSettings:
     decode_here: bool
     grpc_acceptors: int
     grpc_max_message_bytes: int
+    grpc_connection_limits: GrpcConnectionLimits
     http_limits: HttpLimits
     access_log: bool
     busy_poll_us: int
@@ -87,6 +89,7 @@ class FrontendProcesses:
                 "--decode-here", str(int(each.decode_here)),
                 "--grpc-acceptors", str(each.grpc_acceptors),
                 "--grpc-max-message-bytes", str(each.grpc_max_message_bytes),
+                "--grpc-connection-limits", json.dumps(dataclasses.asdict(each.grpc_connection_limits)),
                 "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),
                 "--access-log", str(int(each.access_log)),
                 "--busy-poll-us", str(each.busy_poll_us),
@@ -168,6 +171,7 @@ def frontends_for(
         decode_here=decode_here,
         grpc_acceptors=settings.grpc_acceptors,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        grpc_connection_limits=settings.grpc_connection_limits,
         # Each frontend holds its share of the connection cap: the kernel spreads connections
         # evenly, not exactly, so the cap holds to within one share.
         http_limits=dataclasses.replace(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 
 #: Triton accepts large tensors; gRPC's default 4 MiB limit would refuse a single 1024x1024 FP32 input.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -25,16 +26,74 @@ MODEL_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 DEFAULT_ACCEPTORS = 8
 
 
+@dataclass(frozen=True)
+class GrpcConnectionLimits:
+    """What one gRPC connection may hold of the server, and how long a silent peer keeps it.
+
+    Streams: tritonclient and perf_analyzer multiplex every call of a client on one channel, so the
+    cap sits well above the 256 clients of the benchmark sweep; at 32 and 256 perf_analyzer clients
+    it cost nothing measurable (``bench/results/``). A client over it waits for a stream to free up.
+
+    Keepalive: the server pings every connection, with calls or without, every
+    ``keepalive_time_secs``; one whose peer does not answer within ``keepalive_timeout_secs`` is
+    closed, so a peer that vanished without a FIN (a lost node, a cut NAT entry) holds it about 80 s,
+    not gRPC's default two hours. A client may ping every ``min_ping_interval_secs``; one that pings
+    more often is sent GOAWAY (``too_many_pings``) on its third offence, as gRPC does.
+
+    Age: off by default. Where set (to spread clients over new replicas), a connection past
+    ``max_connection_age_secs`` gets GOAWAY: new calls go to a new connection, the calls open on it
+    finish within ``max_connection_age_grace_secs``, and with no grace (0, the default) however long
+    they take, so a ``ModelStreamInfer`` sequence is never cut.
+    """
+
+    #: Calls open at once on one connection (HTTP/2 ``SETTINGS_MAX_CONCURRENT_STREAMS``); 0: no limit.
+    max_concurrent_streams: int = 1024
+    keepalive_time_secs: int = 60
+    keepalive_timeout_secs: int = 20
+    min_ping_interval_secs: int = 10
+    #: 0: connections have no maximum age.
+    max_connection_age_secs: int = 0
+    #: 0: the calls open when a connection reaches its age finish however long they take.
+    max_connection_age_grace_secs: int = 0
+
+    def options(self) -> list[tuple[str, int]]:
+        """These limits as gRPC core's channel arguments."""
+        options = [
+            ("grpc.keepalive_time_ms", self.keepalive_time_secs * 1000),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_secs * 1000),
+            # gRPC core closes a connection over an unanswered ping only after this one (a minute).
+            ("grpc.http2.ping_timeout_ms", self.keepalive_timeout_secs * 1000),
+            # Ping idle connections too (dead peers are found where no call would find them), with
+            # no cap on pings between data frames, and accept a client's keepalive on an idle channel.
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_ping_interval_without_data_ms", self.min_ping_interval_secs * 1000),
+            ("grpc.http2.max_ping_strikes", 2),
+        ]
+        if self.max_concurrent_streams > 0:
+            options.append(("grpc.max_concurrent_streams", self.max_concurrent_streams))
+        if self.max_connection_age_secs > 0:
+            options.append(("grpc.max_connection_age_ms", self.max_connection_age_secs * 1000))
+            if self.max_connection_age_grace_secs > 0:
+                grace_ms = self.max_connection_age_grace_secs * 1000
+                options.append(("grpc.max_connection_age_grace_ms", grace_ms))
+        return options
+
+
 def grpc_server_options(
-    reuse_port: bool, max_message_bytes: int = MAX_MESSAGE_BYTES
+    reuse_port: bool,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    connection: GrpcConnectionLimits | None = None,
 ) -> list[tuple[str, int]]:
     """``reuse_port`` lets several worker processes listen on the same port; otherwise a port already
     taken is an error rather than silently shared. A call whose request is over ``max_message_bytes``
-    (``--grpc-max-message-bytes``) ends with RESOURCE_EXHAUSTED before the servicer sees it."""
+    (``--grpc-max-message-bytes``) ends with RESOURCE_EXHAUSTED before the servicer sees it.
+    ``connection``: the streams, keepalive and age of each connection (the defaults when None)."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", int(reuse_port)),
+        *(connection or GrpcConnectionLimits()).options(),
     ]
 
 

@@ -22,6 +22,7 @@ from conch.frontends.grpc.grpc_options import (
     DEFAULT_ACCEPTORS,
     MAX_MESSAGE_BYTES,
     MODEL_INFER_METHOD,
+    GrpcConnectionLimits,
     grpc_server_options,
 )
 from conch.frontends.grpc.request_log import logged_unary
@@ -58,12 +59,15 @@ def create_grpc_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     inference_log: InferenceLog | None = None,
     tls: TlsFiles | None = None,
+    connection_limits: GrpcConnectionLimits | None = None,
 ) -> GrpcFrontend:
     """A ``grpc.aio`` server bound to ``address`` with the inference service registered (see
-    :func:`grpc_server_options` for ``reuse_port``), accepting up to ``acceptors`` ModelInfer calls
-    at once, counting each call's final code in ``codes``, admitting calls through ``gateway`` and
-    recording inferences in ``inference_log``, over TLS when ``tls`` is on."""
-    grpc_server = grpc.aio.server(options=grpc_server_options(reuse_port, max_message_bytes))
+    :func:`grpc_server_options` for ``reuse_port`` and ``connection_limits``), accepting up to
+    ``acceptors`` ModelInfer calls at once, counting each call's final code in ``codes``, admitting
+    calls through ``gateway`` and recording inferences in ``inference_log``, over TLS when ``tls`` is
+    on."""
+    options = grpc_server_options(reuse_port, max_message_bytes, connection_limits)
+    grpc_server = grpc.aio.server(options=options)
     servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
     servicer.inference_log = inference_log
     model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)

@@ -36,7 +36,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from conch.busy_poll import poll_when_idle
 from conch.frontends.grpc.acceptors import CallAcceptors
-from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, grpc_server_options
+from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, GrpcConnectionLimits, grpc_server_options
 from conch.frontends.grpc.infer_codec import stream_error
 from conch.frontends.grpc.status import STATUS_BY_NUMBER
 from conch.frontends.grpc.streaming import answer_concurrently, one_reply
@@ -127,9 +127,14 @@ def _varint(value: int) -> bytes:
 
 
 async def run_relay(
-    address: str, socket_path: str, busy_poll_us: int = 0, acceptors: int = 0, tls: TlsFiles | None = None
+    address: str,
+    socket_path: str,
+    busy_poll_us: int = 0,
+    acceptors: int = 0,
+    tls: TlsFiles | None = None,
+    connection_limits: GrpcConnectionLimits | None = None,
 ) -> int:
-    server = grpc.aio.server(options=grpc_server_options(reuse_port=False))
+    server = grpc.aio.server(options=grpc_server_options(False, connection=connection_limits))
     try:
         bind_grpc(server, address, tls or TlsFiles())
     except RuntimeError:
@@ -158,10 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
     parser.add_argument("--grpc-acceptors", type=int, default=0, help="as conch serve's (acceptors module)")
     parser.add_argument("--tls", default="{}", help="the gRPC port's TlsFiles as JSON (conch.frontends.tls)")
+    parser.add_argument("--connection-limits", default="{}", help="GrpcConnectionLimits as JSON")
     args = parser.parse_args(argv)
     tls = TlsFiles(**json.loads(args.tls))
+    limits = GrpcConnectionLimits(**json.loads(args.connection_limits))
     try:
-        return uvloop.run(run_relay(args.address, args.socket, args.busy_poll_us, args.grpc_acceptors, tls))
+        return uvloop.run(
+            run_relay(args.address, args.socket, args.busy_poll_us, args.grpc_acceptors, tls, limits)
+        )
     except KeyboardInterrupt:
         return 0
 

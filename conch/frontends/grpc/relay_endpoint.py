@@ -20,6 +20,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
+from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.grpc.relay import EXIT_CANNOT_LISTEN, GO, HEADER, UNARY_METHODS
 from conch.frontends.grpc.relayed_call import Aborted, RelayedContext
 from conch.frontends.grpc.servicer import InferenceServicer
@@ -46,6 +47,7 @@ class RelayEndpoint:
         busy_poll_us: int = 0,
         acceptors: int = 0,
         tls: TlsFiles | None = None,
+        connection_limits: GrpcConnectionLimits | None = None,
     ) -> None:
         servicer = InferenceServicer(server)
         # None: a method InferenceServicer leaves to the generated base class, which answers UNIMPLEMENTED.
@@ -56,6 +58,7 @@ class RelayEndpoint:
         self._busy_poll_us = busy_poll_us
         self._acceptors = acceptors
         self._tls = tls or TlsFiles()
+        self._connection_limits = connection_limits or GrpcConnectionLimits()
         self._folder = tempfile.TemporaryDirectory(prefix="conch-relay-")
         self._connected: asyncio.Future[asyncio.StreamWriter] | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -84,6 +87,8 @@ class RelayEndpoint:
             str(self._acceptors),
             "--tls",
             json.dumps(dataclasses.asdict(self._tls)),
+            "--connection-limits",
+            json.dumps(dataclasses.asdict(self._connection_limits)),
             # Its own session: a signal to the server's process group (Ctrl-C, systemd's stop) must not
             # kill the relay under calls still in flight; it exits when the server closes its socket.
             start_new_session=True,
