@@ -7,7 +7,9 @@ figures, :class:`GateFigures`, into a :class:`Judgement` against :class:`GateLim
 With ``judge: prometheus`` the same :class:`GateFigures` come from Prometheus instead
 (:mod:`conch.release.prometheus_judge`), so both gates share one set of rules.
 
-The four checks, once both versions have ``min_requests`` answers:
+A release's steps are judged by sequential tests (:mod:`conch.release.sequential_gate`); :func:`judge`
+here reads the point estimates, once, for a fixed set of rows (``conch optimize`` compares an int8
+twin so). The four checks, once both versions have ``min_requests`` answers:
 
 - ``error_rate_increase``: candidate's server-error rate minus the baseline's, at most the limit;
 - ``p95_increase``: candidate P95 / baseline P95 - 1, at most the limit;
@@ -21,19 +23,20 @@ Before ``min_requests`` no check can fail: a handful of answers says nothing. A 
 **P95.** Latencies go into a log-bucketed sketch (:class:`LatencySketch`, DDSketch's idea): bucket
 bounds grow by a factor ``gamma``, so any quantile is known within :data:`LATENCY_RELATIVE_ERROR`
 (0.5%) of a true sample value, whatever the distribution and however many requests, in a few hundred
-integers. A P95 rise of 20% is therefore judged within about 1%. A reservoir sample would need
-thousands of stored values for that, and its error depends on the distribution's tail; Prometheus's
-latency buckets (a factor 2 to 2.5 apart) are far too coarse for a local judgement.
+integers; its buckets are also the samples of the sequential latency test. A reservoir would need
+thousands of stored values for that; Prometheus's buckets (a factor 2 to 2.5 apart) are much coarser.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from conch.release.compare import Comparison
-from conch.release.spec import GateSpec
+from conch.release.sequential import LatencyHistogram, LatencyLooks
+from conch.release.spec import DEFAULT_MIN_AGREEMENT, GateSpec, Step
 
 #: Largest relative error of a quantile read from :class:`LatencySketch`.
 LATENCY_RELATIVE_ERROR = 0.005
@@ -79,6 +82,16 @@ class LatencySketch:
         # The point of the bucket whose relative distance to both bounds is LATENCY_RELATIVE_ERROR.
         return 2 * _GAMMA**index / (_GAMMA + 1)
 
+    def indices(self) -> tuple[int, int] | None:
+        """The lowest and highest bucket index holding a latency, None when empty."""
+        return (min(self._buckets), max(self._buckets)) if self._buckets else None
+
+    def histogram(self, low: int, high: int) -> LatencyHistogram:
+        """The counts of buckets ``low..high`` as contiguous buckets, for the latency test."""
+        bounds = tuple(_GAMMA**index for index in range(low, high + 1))
+        counts = tuple(float(self._buckets.get(index, 0)) for index in range(low, high + 1))
+        return LatencyHistogram(_GAMMA ** (low - 1), bounds, counts)
+
 
 @dataclass(frozen=True)
 class VersionFigures:
@@ -87,6 +100,8 @@ class VersionFigures:
     requests: float
     server_errors: float
     p95_s: float | None
+    #: The successful answers' latencies, for the latency test; None where only the P95 is known.
+    latency: LatencyHistogram | None = None
 
     @property
     def error_rate(self) -> float | None:
@@ -116,8 +131,9 @@ class _VersionTally:
     server_errors: int = 0
     latencies: LatencySketch = field(default_factory=LatencySketch)
 
-    def figures(self) -> VersionFigures:
-        return VersionFigures(self.requests, self.server_errors, self.latencies.quantile(0.95))
+    def figures(self, span: tuple[int, int] | None) -> VersionFigures:
+        latency = None if span is None else self.latencies.histogram(*span)
+        return VersionFigures(self.requests, self.server_errors, self.latencies.quantile(0.95), latency)
 
 
 class StepFigures:
@@ -159,10 +175,13 @@ class StepFigures:
             self.drifted += comparison.drift > self.drift_threshold
 
     def snapshot(self) -> GateFigures:
-        """The figures as they are now, for :func:`judge`."""
+        """The figures as they are now, for :func:`judge`; both versions' latencies in the same buckets."""
+        spans = [tally.latencies.indices() for tally in self._tallies.values()]
+        known = [span for span in spans if span is not None]
+        span = (min(s[0] for s in known), max(s[1] for s in known)) if known else None
         return GateFigures(
-            baseline=self._tallies[Role.BASELINE].figures(),
-            candidate=self._tallies[Role.CANDIDATE].figures(),
+            baseline=self._tallies[Role.BASELINE].figures(span),
+            candidate=self._tallies[Role.CANDIDATE].figures(span),
             compared=self.compared,
             agreements=self.agreements,
             drift_scored=self.drift_scored,
@@ -170,26 +189,54 @@ class StepFigures:
         )
 
 
+#: The chance, over a whole release, that the gate rolls back a candidate that keeps every limit (or
+#: passes one that breaks a limit): spread over the checks and the judged steps (:func:`limits_of`).
+RELEASE_ALPHA = 0.05
+CHECKS = ("error_rate_increase", "p95_increase", "agreement", "drift_fraction")
+
+
 @dataclass(frozen=True)
 class GateLimits:
-    """The release spec's ``gate`` limits that :func:`judge` applies; :func:`limits_of` maps a GateSpec."""
+    """The release spec's ``gate`` limits that :func:`judge` applies; :func:`limits_of` maps a GateSpec.
+
+    ``alpha`` is each check's error over one step (the sequential gate's); ``agreement_noise`` the
+    share of requests on which the versions disagree with themselves (prediction noise), subtracted
+    from ``min_agreement``.
+    """
 
     min_requests: int
     max_error_rate_increase: float
     max_p95_increase: float
     min_agreement: float
     max_drift_fraction: float
+    alpha: float = RELEASE_ALPHA / len(CHECKS)
+    agreement_noise: float = 0.0
 
 
-def limits_of(gate: GateSpec) -> GateLimits:
+def judged_steps(steps: Sequence[Step]) -> int:
+    """Steps the gate judges: every weighted step below 100 (a step at 100 has no baseline to judge)."""
+    return max(1, sum(1 for step in steps if step.weight is not None and step.weight < 100))
+
+
+def limits_of(
+    gate: GateSpec,
+    steps: int = 1,
+    min_agreement: float | None = None,
+    agreement_noise: float = 0.0,
+) -> GateLimits:
     """The limits a spec's gate sets: one mapping for the server's gate and ``conch release gate``, so
-    both judge the same figures alike."""
+    both judge the same figures alike. ``RELEASE_ALPHA`` is shared by the checks of ``steps`` judged
+    steps; ``min_agreement`` is the limit the release resolved when the gate leaves it out
+    (:mod:`conch.release.expected_agreement`), else the spec's, else the default."""
+    limit = gate.min_agreement if gate.min_agreement is not None else min_agreement
     return GateLimits(
         gate.min_requests,
         gate.max_error_rate_increase,
         gate.max_p95_increase,
-        gate.min_agreement,
+        DEFAULT_MIN_AGREEMENT if limit is None else limit,
         gate.max_drift_fraction,
+        RELEASE_ALPHA / (len(CHECKS) * max(1, steps)),
+        agreement_noise,
     )
 
 
@@ -203,12 +250,22 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Check:
-    """One figure against its limit. ``value`` is None when there is no data for it."""
+    """One figure against its limit. ``value`` is None when there is no data for it.
+
+    The sequential gate adds the figure's bound (``lower``, ``upper``), its ``noise`` floor where one
+    is known, why it is still pending (``detail``), and whether a pending check may still end its step
+    (``settles``: a service figure whose estimate keeps its limit; agreement and drift must pass).
+    """
 
     name: str
     value: float | None
     limit: float
     outcome: Outcome
+    lower: float | None = None
+    upper: float | None = None
+    noise: float | None = None
+    detail: str = ""
+    settles: bool = True
 
     @property
     def ok(self) -> bool:
@@ -217,7 +274,10 @@ class Check:
 
     def __str__(self) -> str:
         value = "no data" if self.value is None else f"{self.value:.4g}"
-        return f"{self.name} {value} (limit {self.limit:g}): {self.outcome}"
+        if self.lower is not None and self.upper is not None:
+            value += f" [{self.lower:.4g}, {self.upper:.4g}]"
+        text = f"{self.name} {value} (limit {self.limit:g}): {self.outcome}"
+        return f"{text}, {self.detail}" if self.detail and self.outcome is Outcome.PENDING else text
 
 
 @dataclass(frozen=True)
@@ -229,7 +289,7 @@ class Judgement:
 
     @property
     def failures(self) -> tuple[Check, ...]:
-        """The checks that failed; empty before ``ready``."""
+        """The checks that failed."""
         return tuple(check for check in self.checks if check.outcome is Outcome.FAILED)
 
     @property
@@ -241,6 +301,29 @@ class Judgement:
     def reason(self) -> str:
         """The failed checks with their figures, for the release history; empty when none failed."""
         return "; ".join(map(str, self.failures))
+
+    @property
+    def unsettled(self) -> tuple[Check, ...]:
+        """The checks that keep the step from ending: failed ones, and pending ones that must pass."""
+        return tuple(
+            check
+            for check in self.checks
+            if check.outcome is Outcome.FAILED or (check.outcome is Outcome.PENDING and not check.settles)
+        )
+
+    @property
+    def settled(self) -> bool:
+        """Whether the step may end: ``ready``, and no check failed or is pending that must pass."""
+        return self.ready and not self.unsettled
+
+    @property
+    def waiting(self) -> str:
+        """Why the step may not end yet, for the release history; empty when settled."""
+        if self.settled:
+            return ""
+        if not self.ready:
+            return "each version needs min_requests answers in the step"
+        return "; ".join(map(str, self.unsettled))
 
 
 def _check(name: str, value: float | None, limit: float, broken: bool, ready: bool) -> Check:
@@ -303,23 +386,24 @@ def judge(figures: GateFigures, limits: GateLimits) -> Judgement:
 class GateTracker:
     """Counts consecutive failed judgements; ``failure_threshold`` of them trigger ``on_failure``.
 
-    A passed judgement starts the count again. One that is not ready is neither: it neither counts
-    nor resets (with ``judge: prometheus`` a quiet window can fall below ``min_requests`` mid-step).
+    A judgement without a failure starts the count again. A failure counts whether or not the step
+    has ``min_requests`` yet: the sequential gate's bounds hold at any count.
     """
 
     def __init__(self, failure_threshold: int) -> None:
         self.failure_threshold = failure_threshold
         self.consecutive_failures = 0
         self.last_failure: Judgement | None = None
+        #: The step's latency looks (:mod:`conch.release.sequential_gate`).
+        self.latency_looks = LatencyLooks()
 
     def observe(self, judgement: Judgement) -> bool:
         """Count one judgement; True when the threshold is reached."""
-        if judgement.ready:
-            if judgement.failed:
-                self.consecutive_failures += 1
-                self.last_failure = judgement
-            else:
-                self.consecutive_failures = 0
+        if judgement.failed:
+            self.consecutive_failures += 1
+            self.last_failure = judgement
+        else:
+            self.consecutive_failures = 0
         return self.threshold_reached
 
     @property
@@ -328,6 +412,7 @@ class GateTracker:
         return self.consecutive_failures >= self.failure_threshold
 
     def reset(self) -> None:
-        """A new step starts with no failure counted."""
+        """A new step starts with no failure counted and no latency look."""
         self.consecutive_failures = 0
         self.last_failure = None
+        self.latency_looks = LatencyLooks()

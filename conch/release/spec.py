@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Literal, cast
 
@@ -25,6 +25,11 @@ from conch.core.errors import InvalidArgumentError, did_you_mean
 
 Judge = Literal["local", "prometheus"]
 OnFailure = Literal["rollback", "pause"]
+OnInconclusive = Literal["pause", "rollback", "advance"]
+ON_INCONCLUSIVE: tuple[OnInconclusive, ...] = ("pause", "rollback", "advance")
+#: ``min_agreement`` when the gate leaves it out and the candidate has no recorded expected agreement
+#: against the baseline: a routine retrain changes 0.5% of predictions, so 2% is plainly more than that.
+DEFAULT_MIN_AGREEMENT = 0.98
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smh])")
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -43,27 +48,34 @@ class Step:
     duration_s: float | None = None
     shadow: bool = False
     pause: bool = False
+    #: Distinct identities (a token's ``sub``) that must approve the step before it ends.
+    approvals: int = 0
 
 
 @dataclass(frozen=True)
 class GateSpec:
-    """The gate's limits. Numbers given in the issue's example are its defaults; the others are:
+    """The gate's limits; every figure is judged by a sequential test (:mod:`conch.release.sequential`).
 
     - ``judge="local"``: a single replica judges its own traffic; no Prometheus is needed.
     - ``prometheus_url=None``: required only with ``judge="prometheus"``.
     - ``compare=None``: every output is compared.
+    - ``min_agreement=None``: the candidate's recorded expected agreement with the baseline, less a
+      margin (:mod:`conch.release.expected_agreement`), else :data:`DEFAULT_MIN_AGREEMENT`.
+    - ``on_inconclusive="pause"``: what a step whose duration is over does when a bound still
+      straddles its limit.
     """
 
     judge: Judge = "local"
     prometheus_url: str | None = None
-    min_requests: int = 200  # per step, before any judgement
+    min_requests: int = 200  # answers of each version a step needs before it may pass
     failure_threshold: int = 2  # consecutive failed checks before on_failure
     compare: tuple[str, ...] | None = None
     max_error_rate_increase: float = 0.01  # candidate error rate - baseline error rate
     max_p95_increase: float = 0.20  # candidate P95 / baseline P95 - 1
-    min_agreement: float = 0.995  # share of compared requests whose predictions agree
+    min_agreement: float | None = None  # share of compared requests whose predictions agree
     drift_threshold: float = 0.3  # drift_score = 1 - cosine(baseline output, candidate output)
     max_drift_fraction: float = 0.01  # share of compared requests whose drift is above the threshold
+    on_inconclusive: OnInconclusive = "pause"
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ class ReleaseSpec:
     steps: tuple[Step, ...]
     gate: GateSpec = GateSpec()
     on_failure: OnFailure = "rollback"
+    #: Lets a candidate that an earlier release rejected be released again (recorded, audited).
+    readmit: bool = False
 
 
 #: What an error message shows of a value: a release.yaml's anchors and aliases can nest a list of 10
@@ -84,8 +98,8 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 60, 60
 _shown = _SHOWN.repr
 
-_TOP_KEYS = ("candidate", "baseline", "steps", "gate", "on_failure")
-_STEP_KEYS = ("weight", "duration", "shadow", "pause")
+_TOP_KEYS = ("candidate", "baseline", "steps", "gate", "on_failure", "readmit")
+_STEP_KEYS = ("weight", "duration", "shadow", "pause", "approvals")
 # (lowest, highest) of each float limit, both included; None: no upper bound.
 _RATES: dict[str, tuple[float, float | None]] = {
     "max_error_rate_increase": (0.0, 1.0),
@@ -94,7 +108,17 @@ _RATES: dict[str, tuple[float, float | None]] = {
     "drift_threshold": (0.0, 2.0),  # a cosine distance lies in [0, 2]
     "max_drift_fraction": (0.0, 1.0),
 }
-_GATE_KEYS = ("judge", "prometheus_url", "min_requests", "failure_threshold", "compare", *_RATES)
+_GATE_KEYS = (
+    "judge",
+    "prometheus_url",
+    "min_requests",
+    "failure_threshold",
+    "compare",
+    *_RATES,
+    "on_inconclusive",
+)
+#: Limits that may be left out (None): the release resolves them when it starts.
+_RESOLVED_LATER = ("min_agreement",)
 
 
 def spec_from_yaml(text: str, source: str = "release.yaml") -> ReleaseSpec:
@@ -131,7 +155,9 @@ def spec_from_dict(data: object, source: str = "release.yaml") -> ReleaseSpec:
             f"{source}: on_failure must be 'rollback' or 'pause', got {_shown(on_failure)}"
         )
     gate = _gate(top.get("gate"), source)
-    return ReleaseSpec(candidate, baseline, _steps(top["steps"], source), gate, cast(OnFailure, on_failure))
+    readmit = _flag(top.get("readmit", False), f"{source}: readmit")
+    steps = _steps(top["steps"], source)
+    return ReleaseSpec(candidate, baseline, steps, gate, cast(OnFailure, on_failure), readmit)
 
 
 def spec_to_json(spec: ReleaseSpec) -> dict[str, Any]:
@@ -143,6 +169,8 @@ def spec_to_json(spec: ReleaseSpec) -> dict[str, Any]:
         else:
             duration = None if step.duration_s is None else format_duration(step.duration_s)
             steps.append({"weight": step.weight, "duration": duration, "shadow": step.shadow})
+        if step.approvals:
+            steps[-1]["approvals"] = step.approvals
     gate = spec.gate
     return {
         "candidate": spec.candidate,
@@ -155,8 +183,10 @@ def spec_to_json(spec: ReleaseSpec) -> dict[str, Any]:
             "failure_threshold": gate.failure_threshold,
             "compare": None if gate.compare is None else list(gate.compare),
             **{name: getattr(gate, name) for name in _RATES},
+            "on_inconclusive": gate.on_inconclusive,
         },
         "on_failure": spec.on_failure,
+        "readmit": spec.readmit,
     }
 
 
@@ -212,6 +242,11 @@ def _steps(value: object, source: str) -> tuple[Step, ...]:
 
 def _step(item: object, field: str) -> Step:
     entry = _mapping(item, field, _STEP_KEYS)
+    approvals = 0 if entry.get("approvals") is None else _count(entry["approvals"], f"{field}.approvals")
+    return replace(_traffic(entry, field), approvals=approvals)
+
+
+def _traffic(entry: dict[str, Any], field: str) -> Step:
     pause = _flag(entry.get("pause", False), f"{field}.pause")
     shadow = _flag(entry.get("shadow", False), f"{field}.shadow")
     if pause:
@@ -260,6 +295,12 @@ def _gate(value: object, source: str) -> GateSpec:
     def number(name: str) -> Any:
         return entry.get(name, getattr(defaults, name))
 
+    on_inconclusive = entry.get("on_inconclusive", defaults.on_inconclusive)
+    if on_inconclusive not in ON_INCONCLUSIVE:
+        raise InvalidArgumentError(
+            f"{field}.on_inconclusive must be one of {', '.join(ON_INCONCLUSIVE)}, "
+            f"got {_shown(on_inconclusive)}"
+        )
     return GateSpec(
         judge=cast(Judge, judge),
         prometheus_url=url,
@@ -267,6 +308,7 @@ def _gate(value: object, source: str) -> GateSpec:
         failure_threshold=_count(number("failure_threshold"), f"{field}.failure_threshold"),
         compare=_outputs(entry.get("compare"), f"{field}.compare"),
         **{name: _rate(number(name), f"{field}.{name}", name) for name in _RATES},
+        on_inconclusive=cast(OnInconclusive, on_inconclusive),
     )
 
 
@@ -301,7 +343,9 @@ def _count(value: object, field: str) -> int:
     return value
 
 
-def _rate(value: object, field: str, name: str) -> float:
+def _rate(value: object, field: str, name: str) -> Any:
+    if value is None and name in _RESOLVED_LATER:
+        return None
     low, high = _RATES[name]
     number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
     if not (math.isfinite(number) and low <= number and (high is None or number <= high)):

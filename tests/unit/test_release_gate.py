@@ -22,7 +22,7 @@ from conch.release.gate import (
     judge,
     limits_of,
 )
-from conch.release.spec import GateSpec
+from conch.release.spec import DEFAULT_MIN_AGREEMENT, GateSpec
 
 LIMITS = GateLimits(
     min_requests=200,
@@ -165,9 +165,12 @@ def test_step_figures_count_answers_errors_and_comparisons() -> None:
     step.record_comparison(Comparison(agreed=False, drift=0.31, disagreeing=("scores",)))
     step.record_comparison(Comparison(agreed=True, drift=None))
     figures = step.snapshot()
-    assert figures.baseline == VersionFigures(
-        requests=8, server_errors=0, p95_s=pytest.approx(0.010, rel=0.005)
-    )
+    assert (figures.baseline.requests, figures.baseline.server_errors) == (8, 0)
+    assert figures.baseline.p95_s == pytest.approx(0.010, rel=0.005)
+    # Both versions' latencies in the same buckets, for the latency test: 8 and 1 successful answers.
+    assert figures.baseline.latency is not None and figures.candidate.latency is not None
+    assert figures.baseline.latency.bounds == figures.candidate.latency.bounds
+    assert (figures.baseline.latency.total, figures.candidate.latency.total) == (8, 1)
     assert figures.candidate.requests == 2
     assert figures.candidate.server_errors == 1
     # The failed answer's 5 s is not a latency: a candidate failing slowly or fast is judged on errors.
@@ -279,12 +282,12 @@ def test_a_pass_resets_the_count() -> None:
     assert not tracker.observe(failing())
 
 
-def test_a_judgement_that_is_not_ready_neither_counts_nor_resets() -> None:
+def test_a_judgement_without_failure_resets_even_before_min_requests() -> None:
     tracker = GateTracker(failure_threshold=2)
     tracker.observe(failing())
     assert not tracker.observe(not_ready())
-    assert tracker.consecutive_failures == 1
-    assert tracker.observe(failing())
+    assert tracker.consecutive_failures == 0
+    assert not tracker.observe(failing())
 
 
 def test_threshold_one_trips_at_the_first_failure() -> None:
@@ -312,5 +315,9 @@ def test_limits_of_a_gate_spec_are_its_own_figures() -> None:
         max_drift_fraction=0.03,
     )
 
-    assert limits_of(gate) == GateLimits(7, 0.02, 0.5, 0.9, 0.03)
-    assert limits_of(GateSpec()) == LIMITS, "the spec's defaults are the issue's limits"
+    assert dataclasses.astuple(limits_of(gate))[:5] == (7, 0.02, 0.5, 0.9, 0.03)
+    # Without min_agreement the release's resolved limit applies, else the documented default.
+    assert limits_of(GateSpec(), min_agreement=0.97).min_agreement == 0.97
+    assert limits_of(GateSpec()).min_agreement == DEFAULT_MIN_AGREEMENT == 0.98
+    # The release's 5% is spread over 4 checks and the judged steps.
+    assert limits_of(GateSpec(), steps=2).alpha == pytest.approx(0.05 / 8)

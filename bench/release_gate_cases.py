@@ -1,0 +1,251 @@
+"""``python -m bench.release_gate_cases``: the release gate with its default settings, on four candidates,
+20 simulated releases each, and how often each went the right way.
+
+Why: the gate must tell noise from change with no edits to its limits. The four cases:
+
+- ``identical``: the same model again. Must be promoted every time.
+- ``benign_retrain``: a retrain whose predictions differ on 0.5% of rows, by a little (drift 0.01 to
+  0.2). Must be promoted.
+- ``shuffled_labels``: trained on shuffled labels: 62% agreement (the issue's v5), drifting far when it
+  disagrees. Must be rolled back in its first step (the 10% canary) before 100 of its answers reach
+  clients.
+- ``doubled_compute``: the same predictions, twice the compute time per execution. Must be rolled back.
+
+**A simulation, driving the real code.** Each release runs through the real
+:class:`~conch.release.controller.ReleaseController` (its decision path, the sequential gate, the
+state machine) on a fake clock; only the traffic is simulated: 300 requests a second split by the
+step's weight, the candidate's answers copied to the baseline in canary steps and every request copied
+in the shadow step, as the router does, and each answer's latency and comparison reported to the
+controller as the router and the shadow runner report them. The release checks once a second, as the
+server does. Latencies model a loaded 2-core machine: per request ``(overhead + compute) * load * jitter``
+with 0.35 ms of serving overhead, 0.25 ms of compute (a scikit-learn pipeline's), a load factor per
+second drawn log-normally (sigma 0.25: P95 moves by tens of percent from second to second, as the
+issue measured), log-normal jitter per request (sigma 0.35), 2% of requests delayed 3 to 10 times
+(scheduler stalls), and shadow copies 20% slower (they queue behind live requests).
+
+The release (the user's choice of steps, not the gate's): 10% for 2m, 50% with shadow for 1m, 100%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conch.release.compare import Comparison
+from conch.release.controller import ReleaseController
+from conch.release.spec import spec_from_dict
+
+MODEL = "wine"
+RATE_PER_S = 300
+STEPS = [
+    {"weight": 10, "duration": "2m"},
+    {"weight": 50, "duration": "1m", "shadow": True},
+    {"weight": 100},
+]
+OVERHEAD_S, COMPUTE_S = 0.35e-3, 0.25e-3
+LOAD_SIGMA, JITTER_SIGMA, STALL_SHARE, COPY_SLOWDOWN = 0.25, 0.35, 0.02, 1.2
+#: The longest a release may run before the bench calls it undecided (simulated seconds).
+MAX_S = 400
+
+
+@dataclass(frozen=True)
+class Case:
+    """A candidate: how often it agrees with the baseline, how far it drifts then, its compute time."""
+
+    name: str
+    agreement: float
+    drift_when_disagreeing: tuple[float, float]
+    compute_factor: float
+    expected: str
+
+
+CASES = (
+    Case("identical", 1.0, (0.0, 0.0), 1.0, "promoted"),
+    Case("benign_retrain", 0.995, (0.01, 0.2), 1.0, "promoted"),
+    Case("shuffled_labels", 0.62, (0.4, 1.5), 1.0, "rolled_back"),
+    Case("doubled_compute", 1.0, (0.0, 0.0), 2.0, "rolled_back"),
+)
+
+
+class _Version:
+    def __init__(self, number: int) -> None:
+        self.version = number
+        self.ready = True
+        self.reason = ""
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.versions = {1: _Version(1), 2: _Version(2)}
+
+    @property
+    def ready_versions(self) -> list[_Version]:
+        return [v for v in self.versions.values() if v.ready]
+
+
+class SimulatedRepository:
+    """What the controller asks of a repository: one model with versions 1 and 2, both READY."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for number in (1, 2):
+            (root / MODEL / str(number)).mkdir(parents=True, exist_ok=True)
+        self.models = {MODEL: _Model()}
+
+    def model_folders(self) -> list[Path]:
+        return [self.root / MODEL]
+
+    def model(self, name: str) -> _Model:
+        return self.models[name]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Outcome:
+    case: str
+    state: str
+    decided_s: float
+    step: int | None
+    candidate_answers: int
+    client_answers: int
+    reason: str
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def candidate_share(self) -> float:
+        return self.candidate_answers / self.client_answers if self.client_answers else 0.0
+
+
+def run_release(case: Case, seed: int, root: Path) -> Outcome:
+    """One release of ``case``'s candidate against the baseline, to its end (or :data:`MAX_S`)."""
+    rng = np.random.default_rng(seed)
+    clock = Clock()
+    controller = ReleaseController(SimulatedRepository(root), None, clock=clock)  # type: ignore[arg-type]
+    controller.start(MODEL, spec_from_dict({"candidate": 2, "baseline": 1, "steps": STEPS}))
+    held = controller.releases[MODEL]
+    started = clock.now
+    answers = {1: 0, 2: 0}
+    while held.release.state.active and clock.now - started < MAX_S:
+        weight = held.release.weights()[2] / 100
+        shadow = held.release.shadow
+        load = math.exp(rng.normal(0, LOAD_SIGMA))
+        count = rng.poisson(RATE_PER_S)
+        for offset in np.sort(rng.random(count)):
+            version = 2 if rng.random() < weight else 1
+            answers[version] += 1
+            controller.record_answer(MODEL, version, _latency(rng, case, version, load), False)
+            if version == 2 or shadow:  # the router's copy to the other version
+                other = 1 if version == 2 else 2
+                copy = _latency(rng, case, other, load) * COPY_SLOWDOWN
+                controller.record_answer(MODEL, other, copy, False)
+                controller.record_comparison(MODEL, _comparison(rng, case))
+            del offset
+        clock.now += 1.0
+        controller.check()
+    release = held.release
+    last = release.history[-1]
+    judgement = held.last_judgement or held.tracker.last_failure
+    return Outcome(
+        case.name,
+        release.state.value,
+        clock.now - started,
+        release.step,
+        answers[2],
+        answers[1] + answers[2],
+        last.reason,
+        [
+            {
+                "name": c.name,
+                "value": c.value,
+                "lower": c.lower,
+                "upper": c.upper,
+                "limit": c.limit,
+                "outcome": str(c.outcome),
+                "noise": c.noise,
+            }
+            for c in (judgement.checks if judgement else ())
+        ],
+    )
+
+
+def _latency(rng: np.random.Generator, case: Case, version: int, load: float) -> float:
+    compute = COMPUTE_S * (case.compute_factor if version == 2 else 1.0)
+    seconds = (OVERHEAD_S + compute) * load * math.exp(rng.normal(0, JITTER_SIGMA))
+    if rng.random() < STALL_SHARE:
+        seconds *= rng.uniform(3, 10)
+    return float(seconds)
+
+
+def _comparison(rng: np.random.Generator, case: Case) -> Comparison:
+    if rng.random() < case.agreement:
+        return Comparison(agreed=True, drift=float(rng.uniform(0, 0.002)))
+    low, high = case.drift_when_disagreeing
+    return Comparison(agreed=False, drift=float(rng.uniform(low, high)), disagreeing=("label",))
+
+
+def right_way(case: Case, outcome: Outcome) -> bool:
+    """Whether the release ended as it should; a shuffled-label candidate must also be rolled back in
+    step 1 with fewer than 100 answers to clients."""
+    if outcome.state != case.expected:
+        return False
+    if case.name == "shuffled_labels":
+        return outcome.step == 1 and outcome.candidate_answers < 100
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="releases per case (default 20)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the JSON goes")
+    args = parser.parse_args(argv)
+    import tempfile
+
+    results: dict[str, Any] = {"runs": args.runs, "cases": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        for case in CASES:
+            outcomes = [run_release(case, seed, Path(scratch)) for seed in range(args.runs)]
+            good = sum(right_way(case, o) for o in outcomes)
+            states = {s: sum(o.state == s for o in outcomes) for s in {o.state for o in outcomes}}
+            first = outcomes[0]
+            print(
+                f"{case.name:16s} right way {good}/{len(outcomes)}  states {states}  "
+                f"decision at {np.median([o.decided_s for o in outcomes]):.0f}s median "
+                f"(worst {max(o.decided_s for o in outcomes):.0f}s)"
+            )
+            print(
+                f"  run 0: {first.state} at {first.decided_s:.0f}s, step {first.step}, candidate "
+                f"{first.candidate_answers} of {first.client_answers} answers "
+                f"({first.candidate_share:.1%}); {first.reason}"
+            )
+            for check in first.checks:
+                print(f"    {check}")
+            results["cases"][case.name] = {
+                "right_way": good,
+                "states": states,
+                "decided_s": [o.decided_s for o in outcomes],
+                "candidate_answers": [o.candidate_answers for o in outcomes],
+                "run0": first.__dict__ | {"candidate_share": first.candidate_share},
+            }
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stamp}-release-gate-cases.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all(c["right_way"] == args.runs for c in results["cases"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
