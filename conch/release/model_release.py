@@ -112,7 +112,9 @@ def end_inconclusive(release: Release, judgement: Judgement, now: float) -> Rele
     (``pause`` or ``rollback``; ``advance`` is the controller's ordinary move), with the figures that
     kept it open. None while the step runs, or when nothing is left open."""
     step = release.current_step
-    if release.state is not ReleaseState.PROGRESSING or step is None or judgement.settled:
+    if release.state is not ReleaseState.PROGRESSING or step is None:
+        return None
+    if judgement.settled or judgement.failed:  # a failure waits for failure_threshold, never ends a step
         return None
     if step.duration_s is not None and release.step_elapsed_s(now) < step.duration_s:
         return None
