@@ -11,7 +11,8 @@ This helper reads the model's metadata and config once and builds them from the 
   as ``conch.export`` fed it;
 - a frame longer than ``max_batch_size`` is sent in several requests.
 
-Each output becomes one column (``[rows, 1]`` outputs) or several named ``<output>_<i>``.
+Each output becomes one column (``[rows, 1]`` outputs) or several named ``<output>_<i>``, or
+``<output>_<class>`` when the output has labels (a classifier's probabilities, see ``class_columns``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
+from conch.client.class_columns import class_labels, served_version
 from conch.core.input_aliases import COLUMN_INPUTS_PARAMETER, aliases_from_json, input_aliases
 from conch.exporting.samples import frame_columns
 
@@ -45,6 +47,7 @@ class ModelInterface:
     outputs: list[str]
     max_batch_size: int
     column_inputs: dict[str, str]
+    labelled: frozenset[str] = frozenset()
 
 
 def infer_frame(
@@ -86,9 +89,15 @@ def infer_frame(
             )
             for name in wanted:
                 pieces[name].append(result.as_numpy(name))
+        first_row = _infer_inputs(client_module, interface, {n: v[:1] for n, v in feeds.items()})
+        names = {
+            name: class_labels(client, client_module, model, served_version(result), first_row, name, width)
+            for name in wanted
+            if name in interface.labelled and (width := int(np.prod(pieces[name][0].shape[1:]))) > 1
+        }
     finally:
         client.close()
-    return pandas.DataFrame(_output_columns(pieces, rows), index=frame.index)
+    return pandas.DataFrame(_output_columns(pieces, rows, names), index=frame.index)
 
 
 def _split_url(url: str, protocol: str | None) -> tuple[str, str]:
@@ -119,7 +128,11 @@ def _interface(client: Any, protocol: str, model: str, version: str) -> ModelInt
         config = client.get_model_config(model, version).config
         inputs = [ModelInput(t.name, t.datatype, [int(d) for d in t.shape]) for t in metadata.inputs]
         return ModelInterface(
-            inputs, [t.name for t in metadata.outputs], config.max_batch_size, input_aliases(config)
+            inputs,
+            [t.name for t in metadata.outputs],
+            config.max_batch_size,
+            input_aliases(config),
+            frozenset(entry.name for entry in config.output if entry.label_filename),
         )
     metadata = client.get_model_metadata(model, version)
     config = client.get_model_config(model, version)
@@ -130,6 +143,7 @@ def _interface(client: Any, protocol: str, model: str, version: str) -> ModelInt
         [t["name"] for t in metadata["outputs"]],
         int(config.get("max_batch_size", 0)),
         aliases_from_json(str(parameter.get("string_value", ""))),
+        frozenset(entry["name"] for entry in config.get("output", []) if entry.get("label_filename")),
     )
 
 
@@ -180,7 +194,9 @@ def _infer_inputs(client_module: Any, interface: ModelInterface, batch: dict[str
     return requests
 
 
-def _output_columns(pieces: dict[str, list[np.ndarray]], rows: int) -> dict[str, np.ndarray]:
+def _output_columns(
+    pieces: dict[str, list[np.ndarray]], rows: int, class_names: dict[str, list[str] | None]
+) -> dict[str, np.ndarray]:
     columns: dict[str, np.ndarray] = {}
     for name, parts in pieces.items():
         values = np.concatenate(parts).reshape(rows, -1)
@@ -191,5 +207,6 @@ def _output_columns(pieces: dict[str, list[np.ndarray]], rows: int) -> dict[str,
         if values.shape[1] == 1:
             columns[name] = values[:, 0]
         else:
-            columns.update({f"{name}_{i}": values[:, i] for i in range(values.shape[1])})
+            labels = class_names.get(name) or [str(i) for i in range(values.shape[1])]
+            columns.update({f"{name}_{label}": values[:, i] for i, label in enumerate(labels)})
     return columns

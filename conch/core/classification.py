@@ -6,7 +6,9 @@ batching model (one top-K per row) or ``[K]`` for a model without batching (the 
 one), each element ``"score:index"`` or ``"score:index:label"``, highest score first. As Triton prints
 them, floating-point scores have six decimals (C's ``%f``) and integer scores none; K larger than the
 classes gives every class. Ties keep the lower index first (Triton's sort leaves their order open).
-Labels are the lines of the output's ``label_filename`` in the model folder.
+Labels are the lines of the output's ``label_filename``: in the serving version's folder when it has
+that file (``conch export`` writes one per version, since versions may know different classes), else
+in the model folder, where Triton reads it.
 
 This module is the one place that ranks; the frontends only read the parameter and encode the result.
 """
@@ -65,10 +67,13 @@ def top_k(
     return ranked if batching and values.ndim > 0 else ranked.reshape(k)
 
 
-def labels_for(model_folder: Path, label_filename: str, model: str) -> list[str] | None:
+def labels_for(
+    model_folder: Path, label_filename: str, model: str, version_folder: Path | None = None
+) -> list[str] | None:
     """The labels of an output (None when it names no file), read once per change of the file.
 
-    The file must lie inside the model folder; errors name it as the config does, never a server path.
+    ``version_folder``'s own file comes first. The file must lie inside the model folder; errors name
+    it as the config does, never a server path.
     """
     if not label_filename:
         return None
@@ -78,6 +83,8 @@ def labels_for(model_folder: Path, label_filename: str, model: str) -> list[str]
             f"model '{model}': label_filename '{label_filename}' must name a file inside the model folder"
         )
     path = model_folder / relative
+    if version_folder is not None and (version_folder / relative).is_file():
+        path = version_folder / relative
     try:
         status = path.stat()
     except OSError:

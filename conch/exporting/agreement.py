@@ -8,7 +8,7 @@ prediction of 50,000 by 5. Labels, integers and strings must be equal. NaNs must
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,28 +42,68 @@ class OutputDisagreement:
 
 
 class DisagreementError(ExportError):
-    """ONNX Runtime's outputs on the sample differ from the original model's beyond the tolerance."""
+    """ONNX Runtime's outputs on the sample differ from the original model's beyond the tolerance.
 
-    def __init__(self, disagreements: list[OutputDisagreement]) -> None:
+    ``rows`` are the sample's rows where any output differs; ``causes`` what may explain them, most
+    likely first (a missing text value, a category never seen), when the converter could tell.
+    """
+
+    def __init__(
+        self,
+        disagreements: list[OutputDisagreement],
+        rows: list[int] | None = None,
+        causes: list[str] | None = None,
+    ) -> None:
         self.disagreements = disagreements
+        self.rows = rows or []
+        self.causes = causes or []
+        where = f" in row(s) {self.rows[:20]}" if self.rows else ""
+        likely = "".join(f"Likely cause: {cause}\n" for cause in self.causes)
         lines = "\n".join(f"  - {d}" for d in disagreements)
+        other = "Other causes" if self.causes else "Common causes"
         super().__init__(
-            f"the ONNX model disagrees with the original on the sample (tolerance: {TOLERANCE}):\n"
-            f"{lines}\nNothing was written. Common causes: float64 features that float32 cannot hold "
+            f"the ONNX model disagrees with the original on the sample{where} (tolerance: {TOLERANCE}):\n"
+            f"{likely}{lines}\nNothing was written. {other}: float64 features that float32 cannot hold "
             "(large values such as timestamps or identifiers), operators the converter approximates, or "
             "randomness the model uses at inference."
         )
 
 
-def check_agreement(references: Mapping[str, Reference], outputs: Mapping[str, np.ndarray]) -> None:
-    """Raise :class:`DisagreementError` naming every output that differs from its reference."""
+def check_agreement(
+    references: Mapping[str, Reference],
+    outputs: Mapping[str, np.ndarray],
+    likely_causes: Callable[[list[int]], list[str]] | None = None,
+) -> None:
+    """Raise :class:`DisagreementError` naming every output, and the rows, that differ.
+
+    ``likely_causes`` turns the rows into what may explain them (``Conversion.likely_causes``).
+    """
     found = []
+    rows: set[int] = set()
     for name, reference in references.items():
         detail = compare(reference.values, outputs[name])
         if detail is not None:
             found.append(OutputDisagreement(name, reference.method, detail))
+            rows.update(differing_rows(reference.values, outputs[name]))
     if found:
-        raise DisagreementError(found)
+        ordered = sorted(rows)
+        causes = likely_causes(ordered) if likely_causes is not None and ordered else []
+        raise DisagreementError(found, ordered, causes)
+
+
+def differing_rows(expected: np.ndarray, actual: np.ndarray) -> list[int]:
+    """The first-axis positions where ``actual`` differs from ``expected`` (none if shapes differ)."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.size != actual.size or actual.ndim == 0:
+        return []
+    expected = expected.reshape(actual.shape)
+    if _is_float(expected) or _is_float(actual):
+        differs = ~np.isclose(
+            actual.astype(np.float64), expected.astype(np.float64), rtol=RTOL, atol=ATOL, equal_nan=True
+        )
+    else:
+        differs = np.asarray(expected != actual, dtype=bool).reshape(actual.shape)
+    return np.flatnonzero(differs.reshape(len(actual), -1).any(axis=1)).tolist()
 
 
 def compare(expected: np.ndarray, actual: np.ndarray) -> str | None:

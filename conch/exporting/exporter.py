@@ -27,6 +27,7 @@ from conch.core.errors import ConchError
 from conch.core.input_aliases import COLUMN_INPUTS_PARAMETER
 from conch.core.types import ExecutionTiming
 from conch.exporting.agreement import check_agreement
+from conch.exporting.class_labels import name_labels, write_labels
 from conch.exporting.column_names import column_inputs_json
 from conch.exporting.conversion import Conversion, convert
 from conch.exporting.errors import ConfigRewrittenWarning, ExportError
@@ -46,6 +47,7 @@ from conch.packaging.metadata import (
 from conch.repository.autocomplete import DEFAULT_MODEL_FILENAME
 from conch.repository.config import tensor_metadata
 from conch.repository.version_policy import next_version, version_folders
+from conch.validation.load_hints import missing_locale, not_loadable_hint
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ def export(
         plan = plan_config(model_dir, name, signature, max_batch_size)
         if plan.write and conversion.column_inputs:
             _record_column_inputs(plan.config, conversion.column_inputs)
+        write_labels(staging.version_dir, conversion.classes)
+        name_labels(plan.config, conversion.classes, plan.write)
         _report_config(plan, model_dir)
         if plan.write:
             add_warmup(plan.config, feeds, staging.root)
@@ -154,10 +158,11 @@ def _check_on_sample(
         log.info("running the ONNX model on the sample and comparing with the original")
         outputs = OnnxRuntimeInstance(session, no_config).run(feeds, names, ExecutionTiming())
     except ConchError as exc:
+        advice = f"; {not_loadable_hint(exc.message)}" if missing_locale(exc.message) else ""
         raise ExportError(
-            f"ONNX Runtime cannot run the exported model on the sample: {exc.message}"
+            f"ONNX Runtime cannot run the exported model on the sample: {exc.message}{advice}"
         ) from None
-    check_agreement(conversion.references, outputs)
+    check_agreement(conversion.references, outputs, conversion.likely_causes)
     return signature, feeds
 
 
@@ -203,6 +208,7 @@ def _version_metadata(
         outputs=_schema(config.output, batching),
         feature_names=conversion.feature_names,
         column_inputs=conversion.column_inputs,
+        classes=conversion.classes,
         training_data_version=training_data_version,
         extra=extra,
         files=version_file_checksums(version_dir),

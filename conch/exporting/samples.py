@@ -149,11 +149,12 @@ def _cast(name: str, array: np.ndarray, datatype: str) -> np.ndarray:
 
 def _text_array(values: list[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    out[:] = ["" if _is_missing(v) else v.decode() if isinstance(v, bytes) else str(v) for v in values]
+    out[:] = ["" if is_missing(v) else v.decode() if isinstance(v, bytes) else str(v) for v in values]
     return out
 
 
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """None, float NaN or pandas' NA: what a frame holds for a missing value."""
     # None, float NaN and pandas' NA (whose truth value raises, so it is recognised by its type name).
     return (
         value is None

@@ -22,16 +22,36 @@ from conch.exporting.agreement import Reference
 from conch.exporting.column_names import rename_graph_inputs, renamed, tensor_names
 from conch.exporting.conversion import Conversion, class_name, library_versions
 from conch.exporting.errors import ExportError
+from conch.exporting.frame_matrix import MATRIX_INPUT, check_numeric, join_columns, takes_matrix
+from conch.exporting.missing_text import (
+    likely_causes,
+    missing_text_as_empty,
+    missing_text_rows,
+    refuse_missing_text,
+)
 from conch.exporting.samples import SINGLE_INPUT, frame_columns, is_data_frame, mapping_frame
+from conch.exporting.sklearn_parts import fitted_parts, patched_copy
+from conch.exporting.text_graph import repair_text_graph
+from conch.exporting.text_pipelines import (
+    is_text_pipeline,
+    stop_words_shown,
+    text_sample,
+    vectorizer_options,
+)
 
 
 def convert_estimator(model: Any, sample: Any) -> Conversion:
-    """Convert a fitted estimator or pipeline; ``sample`` is a DataFrame, a mapping or a 2-D array."""
+    """Convert a fitted estimator or pipeline; ``sample`` is what the notebook called ``fit`` with.
+
+    That is a DataFrame, a mapping or a 2-D array, or for a text pipeline the text itself (a list, a
+    Series or a one-column frame, see ``text_pipelines``).
+    """
     import sklearn
     from sklearn.base import is_classifier
 
     try:
         from skl2onnx import to_onnx
+        from skl2onnx.common.data_types import FloatTensorType
     except ImportError:
         raise ExportError(
             "exporting a scikit-learn model needs scikit-learn and skl2onnx: "
@@ -40,16 +60,34 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
 
     if isinstance(sample, Mapping):
         sample = mapping_frame(sample)
-    inputs, feature_names = _inputs(model, sample)
     _check_no_dropped_columns(model)
-    initial_types = [(name, _tensor_type(array)) for name, array in inputs.items()]
-    options = {id(model): {"zipmap": False}} if is_classifier(model) else None
+    if is_text_pipeline(model):
+        name, texts, sample = text_sample(sample)
+        inputs, feature_names = {name: texts}, None
+    else:
+        inputs, feature_names = _inputs(model, sample)
+    frame = is_data_frame(sample)
+    as_matrix = frame and takes_matrix(model)
+    if as_matrix:
+        check_numeric(model, inputs)
+        initial_types = [(MATRIX_INPUT, FloatTensorType([None, len(inputs)]))]
+    else:
+        initial_types = [(name, _tensor_type(array)) for name, array in inputs.items()]
+    missing = missing_text_rows(sample) if frame else {}
+    converted = patched_copy(model, [missing_text_as_empty, stop_words_shown])
+    options, vectorizers = vectorizer_options(list(fitted_parts(converted)))
+    if is_classifier(converted):
+        options.setdefault(id(converted), {})["zipmap"] = False
     try:
-        onnx_model = to_onnx(model, initial_types=initial_types, options=options)
+        onnx_model = to_onnx(converted, initial_types=initial_types, options=options or None)
     except Exception as exc:  # skl2onnx raises whatever its converters raise: a message is all we have
-        raise ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
+        refusal = refuse_missing_text(model, missing, exc)
+        raise refusal or ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
+    repair_text_graph(onnx_model, vectorizers)
+    if as_matrix:
+        join_columns(onnx_model, inputs)
     column_inputs: dict[str, str] = {}
-    if is_data_frame(sample):
+    if frame:
         names = tensor_names(inputs)
         _name_graph_inputs(onnx_model, list(names.values()))
         inputs = {names[column]: values for column, values in inputs.items()}
@@ -63,6 +101,8 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
         libraries=library_versions("scikit-learn", "skl2onnx"),
         feature_names=feature_names,
         column_inputs=column_inputs,
+        classes=_classes(model, outputs),
+        likely_causes=likely_causes(model, sample) if frame else None,
     )
 
 
@@ -74,7 +114,7 @@ def _check_no_dropped_columns(model: Any) -> None:
     """
     from sklearn.impute import SimpleImputer
 
-    for part in _fitted_parts(model):
+    for part in fitted_parts(model):
         if not isinstance(part, SimpleImputer) or part.keep_empty_features:
             continue
         statistics = np.asarray(getattr(part, "statistics_", []))
@@ -90,13 +130,16 @@ def _check_no_dropped_columns(model: Any) -> None:
         )
 
 
-def _fitted_parts(estimator: Any) -> Any:
-    # The fitted steps: a ColumnTransformer's are clones in transformers_, not its constructor's.
-    yield estimator
-    for attribute in ("steps", "transformers_", "transformer_list"):
-        for entry in getattr(estimator, attribute, None) or []:
-            if hasattr(entry[1], "get_params"):
-                yield from _fitted_parts(entry[1])
+def _classes(model: Any, outputs: list[str]) -> dict[str, list[Any]]:
+    """A classifier's classes by its probability output: what each column of that output is."""
+    classes = getattr(model, "classes_", None)
+    if classes is None or len(outputs) < 2 or np.asarray(classes).ndim != 1:
+        return {}
+    return {outputs[1]: [_json_value(value) for value in np.asarray(classes).tolist()]}
+
+
+def _json_value(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool) else str(value)
 
 
 def _name_graph_inputs(onnx_model: Any, names: list[str]) -> None:

@@ -30,9 +30,10 @@ def classify_outputs(
         batching = model is not None and model.max_batch_size > 0
         label_files = {}
     folder = repository.root / response.model_name
+    version_folder = folder / str(number) if version is not None else None
     for index, tensor in enumerate(response.outputs):
         count = counts.get(tensor.name)
         if count:
-            labels = labels_for(folder, label_files.get(tensor.name, ""), response.model_name)
+            labels = labels_for(folder, label_files.get(tensor.name, ""), response.model_name, version_folder)
             ranked = top_k(tensor.name, tensor.data, count, batching, labels)
             response.outputs[index] = Tensor(tensor.name, "BYTES", ranked)

@@ -63,6 +63,8 @@ class ModelMetadata:
     feature_names: list[str] | None = None
     #: DataFrame columns whose tensor name differs from the column's (``conch.exporting.column_names``).
     column_inputs: dict[str, str] = field(default_factory=dict)
+    #: A classifier's classes by output, in the order of that output's values (``exporting.class_labels``).
+    classes: dict[str, list[Any]] = field(default_factory=dict)
     training_data_version: str | None = None
     package_version: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -102,6 +104,7 @@ class ModelMetadata:
                 outputs=_tensors(body, "outputs"),
                 feature_names=_optional(body, "feature_names", list),
                 column_inputs=_optional(body, "column_inputs", dict) or {},
+                classes=_optional(body, "classes", dict) or {},
                 training_data_version=_optional(body, "training_data_version", str),
                 package_version=_optional(body, "package_version", str),
                 extra=_optional(body, "extra", dict) or {},

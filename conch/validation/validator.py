@@ -41,6 +41,7 @@ from conch.validation.ensemble_checks import ensemble_findings
 from conch.validation.findings import Finding, Severity
 from conch.validation.graph import checker_findings, load_graph, training_mode_findings
 from conch.validation.inputs import runtime_inputs
+from conch.validation.load_hints import not_loadable_hint
 from conch.validation.metadata_checks import metadata_findings
 from conch.validation.model_folder import (
     ModelFolder,
@@ -201,8 +202,7 @@ def _not_loadable(model: str, field: str, reason: str) -> Finding:
         model,
         field,
         reason,
-        "ONNX Runtime cannot open the model: re-export it with an opset and operators this ONNX Runtime "
-        "supports",
+        not_loadable_hint(reason),
     )
 
 
