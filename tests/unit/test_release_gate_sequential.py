@@ -1,0 +1,161 @@
+"""The sequential gate: always-valid rate bounds, the latency test and its noise, and the judgement
+that ties them (failed, passed or pending, and which pending checks may end a step)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conch.release.compare import Comparison
+from conch.release.gate import GateFigures, GateLimits, Outcome, Role, StepFigures, VersionFigures
+from conch.release.sequential import (
+    FIRST_LATENCY_LOOK,
+    LatencyHistogram,
+    LatencyLooks,
+    Verdict,
+    compare_latency,
+    latency_look,
+    look_alpha,
+    quantile_of,
+    rate_bound,
+    rate_verdict,
+)
+from conch.release.sequential_gate import judge_sequentially
+
+LIMITS = GateLimits(200, 0.01, 0.20, 0.98, 0.01, alpha=0.05 / 8)
+
+
+def test_a_rate_bound_holds_the_estimate_and_narrows_with_more_trials() -> None:
+    few, many = rate_bound(95, 100, 0.01), rate_bound(9500, 10_000, 0.01)
+    assert few.lower < 0.95 < few.upper and many.lower < 0.95 < many.upper
+    assert many.upper - many.lower < (few.upper - few.lower) / 5
+    assert rate_bound(0, 0, 0.01) == rate_bound(0, 0, 0.5)  # nothing known: [0, 1]
+    assert rate_bound(0, 0, 0.01).lower == 0.0 and rate_bound(0, 0, 0.01).upper == 1.0
+
+
+def test_the_bound_holds_at_every_look_far_more_often_than_a_fixed_interval_re_read() -> None:
+    """A true rate of 0.98 watched after every trial for 2,000 trials: the always-valid bound ever
+    excludes it in at most alpha of the runs, where a 95% normal interval re-read does in most."""
+    rng = np.random.default_rng(3)
+    runs, trials, alpha = 200, 2000, 0.05
+    sequential_misses = fixed_misses = 0
+    for _ in range(runs):
+        events = np.cumsum(rng.random(trials) < 0.98)
+        looks = range(20, trials + 1, 20)
+        sequential_misses += any(
+            rate_verdict(events[n - 1], n, 0.98, alpha, at_least=True) != Verdict.UNSURE for n in looks
+        )
+        fixed_misses += any(abs(events[n - 1] / n - 0.98) > 1.96 * math.sqrt(0.98 * 0.02 / n) for n in looks)
+    assert sequential_misses <= alpha * runs
+    assert fixed_misses > 4 * sequential_misses + 0.2 * runs
+
+
+@pytest.mark.parametrize(
+    ("events", "trials", "limit", "at_least", "verdict"),
+    [
+        (6, 10, 0.98, True, Verdict.BEYOND),  # shuffled labels: out after 10 comparisons
+        (1000, 1000, 0.98, True, Verdict.WITHIN),
+        (97, 100, 0.98, True, Verdict.UNSURE),
+        (0, 1000, 0.01, False, Verdict.WITHIN),  # drift: none of 1,000 above the threshold
+        (30, 100, 0.01, False, Verdict.BEYOND),
+        (5, 5, 1.0, True, Verdict.UNSURE),  # a limit of 1 is never proven, only broken
+        (4, 5, 1.0, True, Verdict.BEYOND),
+    ],
+)
+def test_rate_verdicts(events: int, trials: int, limit: float, at_least: bool, verdict: str) -> None:
+    assert rate_verdict(events, trials, limit, 0.05 / 8, at_least) == verdict
+
+
+def histogram(samples: np.ndarray, bounds: np.ndarray) -> LatencyHistogram:
+    counts = np.histogram(samples, bins=np.concatenate([[bounds[0] / 2], bounds]))[0]
+    return LatencyHistogram(float(bounds[0] / 2), tuple(bounds), tuple(float(c) for c in counts))
+
+
+BOUNDS = np.geomspace(1e-4, 1.0, 400)
+
+
+def test_quantile_of_interpolates_inside_its_bucket_as_prometheus_does() -> None:
+    prometheus = LatencyHistogram(0.0, (0.1, 0.2, math.inf), (50.0, 50.0, 0.0))
+    assert quantile_of(prometheus, np.array([50.0, 50.0, 0.0]), 0.75) == pytest.approx(0.15)
+    assert quantile_of(prometheus, np.array([0.0, 0.0, 10.0]), 0.95) == 0.2  # +Inf: its lower bound
+    assert quantile_of(prometheus, np.array([0.0, 0.0, 0.0]), 0.95) is None
+
+
+def test_latency_noise_from_the_baseline_itself_separates_a_copy_from_a_slowdown() -> None:
+    rng = np.random.default_rng(5)
+    base = histogram(rng.lognormal(np.log(1e-3), 0.4, 4000), BOUNDS)
+    same = histogram(rng.lognormal(np.log(1e-3), 0.4, 400), BOUNDS)
+    slow = histogram(rng.lognormal(np.log(2e-3), 0.4, 400), BOUNDS)
+    copy, doubled = compare_latency(base, same, 0.001), compare_latency(base, slow, 0.001)
+    assert copy is not None and doubled is not None
+    assert 0 < copy.noise < 0.15, "a P95 of 400 answers against 4,000: a few percent of noise"
+    assert abs(copy.log_ratio) < copy.bound
+    assert doubled.log_ratio - doubled.bound > math.log(1.2)
+
+
+def test_latency_looks_come_at_each_doubling_and_spend_a_shrinking_share_of_alpha() -> None:
+    assert [latency_look(n) for n in (0, FIRST_LATENCY_LOOK - 1, FIRST_LATENCY_LOOK)] == [0, 0, 1]
+    assert latency_look(2 * FIRST_LATENCY_LOOK) == 2 and latency_look(4 * FIRST_LATENCY_LOOK - 1) == 2
+    spent = sum(look_alpha(0.05, k) for k in range(1, 10_000))
+    assert spent == pytest.approx(0.05, rel=1e-3) and spent < 0.05
+
+
+def step_figures(agreement: float, compared: int, answers: int, slowdown: float = 1.0) -> GateFigures:
+    rng = np.random.default_rng(11)
+    step = StepFigures(drift_threshold=0.3)
+    for role, factor in ((Role.BASELINE, 1.0), (Role.CANDIDATE, slowdown)):
+        for latency in rng.lognormal(np.log(1e-3), 0.3, answers):
+            step.record_answer(role, float(latency) * factor, server_error=False)
+    for agreed in rng.random(compared) < agreement:
+        step.record_comparison(Comparison(bool(agreed), 0.0 if agreed else 0.9))
+    return step.snapshot()
+
+
+def outcomes(figures: GateFigures) -> dict[str, Outcome]:
+    judgement = judge_sequentially(figures, LIMITS, LatencyLooks())
+    return {check.name: check.outcome for check in judgement.checks}
+
+
+def test_a_bad_candidate_fails_before_min_requests_and_a_good_one_passes_after() -> None:
+    bad = judge_sequentially(step_figures(0.6, 20, 20), LIMITS, LatencyLooks())
+    assert not bad.ready and [c.name for c in bad.failures] == ["agreement", "drift_fraction"]
+    good = judge_sequentially(step_figures(1.0, 2000, 2000), LIMITS, LatencyLooks())
+    assert good.settled, good.waiting
+    assert {c.name: c.outcome for c in good.checks}["agreement"] is Outcome.PASSED
+
+
+def test_a_pass_waits_for_min_requests_and_says_so() -> None:
+    judgement = judge_sequentially(step_figures(1.0, 2000, 150), LIMITS, LatencyLooks())
+    assert not judgement.settled
+    agreement = next(c for c in judgement.checks if c.name == "agreement")
+    assert agreement.outcome is Outcome.PENDING and agreement.detail == "150 of 200 answers of each version"
+
+
+def test_an_unproven_agreement_keeps_the_step_open_but_an_unproven_error_rate_does_not() -> None:
+    judgement = judge_sequentially(step_figures(0.99, 600, 600), LIMITS, LatencyLooks())
+    pending = {c.name: c.settles for c in judgement.checks if c.outcome is Outcome.PENDING}
+    assert pending["agreement"] is False
+    assert pending["error_rate_increase"] is True, "no errors in 600: within the limit, not proven"
+    assert not judgement.settled and judgement.waiting.startswith("agreement 0.9")
+
+
+def test_a_doubled_latency_fails_at_the_first_look_and_keeps_failing_until_the_next() -> None:
+    looks = LatencyLooks()
+    first = judge_sequentially(step_figures(1.0, 10, 300, slowdown=2.0), LIMITS, looks)
+    assert {c.name: c.outcome for c in first.checks}["p95_increase"] is Outcome.FAILED
+    assert looks.look == 1
+    again = judge_sequentially(step_figures(1.0, 10, 300, slowdown=1.0), LIMITS, looks)
+    assert {c.name: c.outcome for c in again.checks}["p95_increase"] is Outcome.FAILED, "same look"
+
+
+def test_without_latency_samples_the_p95_estimate_is_shown_and_settles_when_within() -> None:
+    figures = GateFigures(
+        VersionFigures(500, 0, 0.010), VersionFigures(500, 0, 0.011), compared=500, agreements=500
+    )
+    check = next(
+        c for c in judge_sequentially(figures, LIMITS, LatencyLooks()).checks if c.name == "p95_increase"
+    )
+    assert check.outcome is Outcome.PENDING and check.settles
+    assert check.value == pytest.approx(0.1)
