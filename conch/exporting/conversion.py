@@ -51,16 +51,22 @@ def convert(model: Any, sample: Any) -> Conversion:
         from conch.exporting.onnx_model import convert_onnx
 
         return convert_onnx(model, sample)
+    from conch.exporting.boosted_trees import boosting_libraries, convert_boosted, naming_missing_converter
+
+    if boosting_libraries(model):
+        return convert_boosted(model, sample)
     if _is_instance(model, "sklearn.base", "BaseEstimator"):
         from conch.exporting.sklearn_model import convert_estimator
 
-        return convert_estimator(model, sample)
+        with naming_missing_converter():
+            return convert_estimator(model, sample)
     if _is_instance(model, "torch.nn", "Module"):
         from conch.exporting.torch_module import convert_module
 
         return convert_module(model, sample)
     raise ExportError(
-        "export takes a scikit-learn estimator or pipeline, a torch nn.Module, an onnx.ModelProto or "
+        "export takes a scikit-learn estimator or pipeline, an XGBoost, LightGBM or CatBoost model, a "
+        "torch nn.Module, an onnx.ModelProto or "
         f"the path of a .onnx file; got {type(model).__module__}.{type(model).__qualname__}"
     )
 
