@@ -183,12 +183,14 @@ def _read_spec(file: str) -> ReleaseSpec:
 
 def _gate(args: argparse.Namespace) -> int:
     from conch.cli.release_table import console, print_judgement
-    from conch.release.gate import judge, limits_of
+    from conch.release.gate import limits_of
     from conch.release.prometheus_judge import (
         PrometheusClient,
         PrometheusUnavailableError,
         prometheus_figures,
     )
+    from conch.release.sequential import LatencyLooks
+    from conch.release.sequential_gate import judge_sequentially
     from conch.release.spec import GateSpec, format_duration
 
     try:
@@ -215,7 +217,7 @@ def _gate(args: argparse.Namespace) -> int:
         )
     except PrometheusUnavailableError as exc:
         return _fail(exc.message, REFUSED)
-    judgement = judge(figures, limits)
+    judgement = judge_sequentially(figures, limits, LatencyLooks())
     title = (
         f"Gate of {args.model} from Prometheus at {url}, the last {format_duration(args.window)}: "
         f"version {baseline} to version {candidate}"

@@ -54,6 +54,8 @@ def print_status(status: dict[str, Any], out: Console) -> None:
         "shadow", "on: every request also runs on the other version" if status["shadow"] else "off"
     )
     summary.add_row("gate", _gate(status["gate"]))
+    if status["gate"].get("min_agreement_source"):
+        summary.add_row("min agree", status["gate"]["min_agreement_source"])
     for waiting in status.get("waiting_for") or []:
         summary.add_row("waiting", waiting)
     approvals = status.get("approvals")
@@ -100,15 +102,13 @@ def print_judgement(
         f"compared {figures.compared:.0f} requests, {figures.agreements:.0f} agreed; "
         f"{figures.drifted:.0f} of {figures.drift_scored:.0f} drift-scored above the threshold"
     )
-    checks = [
-        {"name": c.name, "value": c.value, "limit": c.limit, "outcome": str(c.outcome)}
-        for c in judgement.checks
-    ]
-    out.print(_checks(checks))
+    out.print(_checks([check.to_json() for check in judgement.checks]))
     if judgement.failed:
         out.print(f"failed: {judgement.reason}")
-    elif judgement.ready:
+    elif judgement.settled:
         out.print("passed: every limit is kept")
+    elif judgement.ready:
+        out.print(f"inconclusive: {judgement.waiting}")
     else:
         out.print(f"not judged yet: each version needs {limits.min_requests} requests in the window")
 
@@ -161,8 +161,13 @@ def _checks(checks: list[dict[str, Any]]) -> Table:
         table.add_row("no judgement yet", "", "", "")
     for check in checks:
         value = "no data" if check["value"] is None else f"{check['value']:.4g}"
+        if check.get("lower") is not None and check.get("upper") is not None:
+            value += f" [{check['lower']:.4g}, {check['upper']:.4g}]"
+        if check.get("noise"):
+            value += f", noise {check['noise']:.2g}"
         side = "at least" if check["name"] in _AT_LEAST else "at most"
-        table.add_row(check["name"], value, f"{side} {check['limit']:g}", check["outcome"])
+        outcome = check["outcome"] + (f": {check['detail']}" if check.get("detail") else "")
+        table.add_row(check["name"], value, f"{side} {check['limit']:g}", outcome)
     return table
 
 

@@ -33,6 +33,7 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from conch.release.compare import Comparison
 from conch.release.sequential import LatencyHistogram, LatencyLooks
@@ -271,6 +272,20 @@ class Check:
     def ok(self) -> bool:
         """Not failed: passed or pending."""
         return self.outcome is not Outcome.FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        """The check as the release status and ``conch release gate`` show it."""
+        pending = self.outcome is Outcome.PENDING
+        return {
+            "name": self.name,
+            "value": self.value,
+            "limit": self.limit,
+            "outcome": str(self.outcome),
+            "lower": self.lower,
+            "upper": self.upper,
+            "noise": self.noise,
+            "detail": self.detail if pending else "",
+        }
 
     def __str__(self) -> str:
         value = "no data" if self.value is None else f"{self.value:.4g}"

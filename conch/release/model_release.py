@@ -146,19 +146,7 @@ def status_of(model: str, held: ModelRelease, now: float) -> dict[str, Any]:
         "failure_threshold": release.spec.gate.failure_threshold,
         "on_inconclusive": release.spec.gate.on_inconclusive,
         "min_agreement_source": held.agreement.source if held.agreement else "",
-        "checks": [
-            {
-                "name": c.name,
-                "value": c.value,
-                "limit": c.limit,
-                "outcome": str(c.outcome),
-                "lower": c.lower,
-                "upper": c.upper,
-                "noise": c.noise,
-                "detail": c.detail if str(c.outcome) == "pending" else "",
-            }
-            for c in (judgement.checks if judgement else ())
-        ],
+        "checks": [check.to_json() for check in (judgement.checks if judgement else ())],
     }
     body["shadow_figures"] = {
         "compared": held.compared,

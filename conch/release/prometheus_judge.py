@@ -9,10 +9,13 @@ without talking to each other. The queries read what conch already exports:
   the same answers as the local gate: routed ones and shadow copies, without client errors. Triton's
   ``nv_inference_request_*`` count routed answers only, so in a dark launch (``weight: 0, shadow:
   true``) the candidate would never reach ``min_requests`` and the step could never end;
-- P95: ``histogram_quantile`` over ``conch_inference_request_duration_seconds``, the routed answers
-  only (a dark launch's candidate P95 is no data, a pending check). Its buckets are a
-  factor 2 to 2.5 apart and Prometheus interpolates linearly inside one, so this P95 is coarser than
-  the local sketch's: a threefold slowdown shows plainly, a rise near 20% is judged on interpolation;
+- latency: the bucket counts of ``conch_inference_request_duration_seconds`` over the window, the
+  routed answers only (a dark launch's candidate has none, a pending check), and the P95 that
+  ``histogram_quantile`` reads from them. The sequential gate runs the same test on these buckets as
+  on the local sketch's (:func:`~conch.release.sequential.compare_latency`: the P95 interpolated
+  linearly inside its bucket, the noise from random splits of the baseline's counts). Its resolution
+  is one bucket: they are a factor 2 to 2.5 apart, so a P95 inside one bucket moves only as far as
+  the interpolation moves it. A doubling shows plainly; a rise near 20% is read on interpolation;
 - shadow comparisons: ``conch_shadow_compared_total``, ``conch_shadow_agreements_total`` and the
   ``conch_shadow_drift_score`` histogram, all labelled by ``model``. A request drifts when its score
   is above ``drift_threshold``: it is counted as the histogram's count minus its cumulative bucket at
@@ -37,6 +40,7 @@ from typing import Any
 
 from conch.core.errors import UnavailableError
 from conch.release.gate import GateFigures, Role, VersionFigures
+from conch.release.sequential import LatencyHistogram
 
 #: Bucket bounds for ``conch_shadow_drift_score``: every 0.05 up to 1 (so thresholds like 0.3 are
 #: exact), finer near 0 where equivalent models sit, and up to 2, the largest cosine distance.
@@ -83,6 +87,9 @@ def prometheus_queries(model: str, baseline: str, candidate: str, window_s: floa
             "histogram_quantile(0.95, sum by (le) "
             f"(rate(conch_inference_request_duration_seconds_bucket{answers}{window})))"
         )
+        queries[f"{role}_latency"] = (
+            f"sum by (le) (increase(conch_inference_request_duration_seconds_bucket{answers}{window}))"
+        )
     shadow = _selector(model=model)
     queries["compared"] = f"sum(increase(conch_shadow_compared_total{shadow}{window}))"
     queries["agreements"] = f"sum(increase(conch_shadow_agreements_total{shadow}{window}))"
@@ -115,14 +122,32 @@ def _drifted(buckets: list[Sample], scored: float, threshold: float) -> float:
     return max(scored - (at_or_below if math.isfinite(at_or_below) else 0.0), 0.0)
 
 
+def _histogram(buckets: list[Sample]) -> LatencyHistogram | None:
+    """A ``sum by (le) (increase(..._bucket))`` result as per-bucket counts; None without buckets."""
+    cumulative = sorted((float(sample["metric"]["le"]), _value(sample)) for sample in buckets)
+    if not cumulative:
+        return None
+    counts, before = [], 0.0
+    for _, total in cumulative:
+        total = total if math.isfinite(total) else before
+        counts.append(max(total - before, 0.0))
+        before = max(total, before)
+    return LatencyHistogram(0.0, tuple(bound for bound, _ in cumulative), tuple(counts))
+
+
 def figures_from_prometheus(answers: Mapping[str, list[Sample]], drift_threshold: float) -> GateFigures:
-    """Turn each query's ``data.result`` (keyed as :func:`prometheus_queries`) into the gate's figures."""
+    """Turn each query's ``data.result`` (keyed as :func:`prometheus_queries`) into the gate's figures;
+    the latency buckets go to the gate only when both versions have the same ones."""
+    latency = {role: _histogram(answers.get(f"{role}_latency", [])) for role in Role}
+    bounds = {None if found is None else found.bounds for found in latency.values()}
+    comparable = len(bounds) == 1 and None not in bounds
 
     def version(role: Role) -> VersionFigures:
         return VersionFigures(
             requests=_count(answers[f"{role}_answers"]),
             server_errors=_count(answers[f"{role}_server_errors"]),
             p95_s=_quantile(answers[f"{role}_p95"]),
+            latency=latency[role] if comparable else None,
         )
 
     scored = _count(answers["drift_scored"])

@@ -7,6 +7,7 @@ The answers below have the shape of ``/api/v1/query``'s ``data.result`` as Prome
 
 from __future__ import annotations
 
+import math
 import socket
 from typing import Any
 
@@ -20,6 +21,7 @@ from conch.release.prometheus_judge import (
     figures_from_prometheus,
     prometheus_queries,
 )
+from conch.release.sequential import compare_latency
 
 NOW = 1_700_000_000.123
 
@@ -43,6 +45,9 @@ ANSWERS: dict[str, list[dict[str, Any]]] = {
     "agreements": [sample("380")],
     "drift_scored": [sample("410")],
     "drift_buckets": drift_buckets({"0.01": "380", "0.25": "380", "0.3": "390", "0.5": "410", "+Inf": "410"}),
+    # Latency buckets (cumulative), a factor 2 to 2.5 apart as conch exports them.
+    "baseline_latency": drift_buckets({"0.001": "100", "0.0025": "500", "0.005": "600.5", "+Inf": "600.5"}),
+    "candidate_latency": drift_buckets({"0.001": "0", "0.0025": "200", "0.005": "560", "+Inf": "570"}),
 }
 
 
@@ -86,6 +91,20 @@ def test_figures_read_from_the_answers() -> None:
     assert figures.candidate.p95_s == 0.04875
     assert (figures.compared, figures.agreements, figures.drift_scored) == (400, 380, 410)
     assert figures.drifted == 20  # 410 scored, 390 at or below 0.3
+    latency = figures.candidate.latency
+    assert latency is not None and figures.baseline.latency is not None
+    assert latency.bounds == figures.baseline.latency.bounds == (0.001, 0.0025, 0.005, math.inf)
+    assert latency.counts == (0, 200, 360, 10)  # per bucket, from the cumulative counts
+
+
+def test_the_latency_test_runs_on_the_buckets_at_their_resolution() -> None:
+    """The candidate's P95 is in the top bucket (+Inf reads as 5 ms), the baseline's interpolated in
+    (2.5 ms, 5 ms]: the test sees a rise, but only as far as one bucket resolves it."""
+    figures = figures_from_prometheus(ANSWERS, drift_threshold=0.3)
+    assert figures.baseline.latency is not None and figures.candidate.latency is not None
+    compared = compare_latency(figures.baseline.latency, figures.candidate.latency, 0.01)
+    assert compared is not None
+    assert 0 < compared.increase < 1.5, "one bucket is a factor 2: the rise read is below it"
 
 
 def test_threshold_between_bounds_uses_the_bound_below() -> None:
@@ -101,6 +120,7 @@ def test_no_series_and_nan_mean_no_data() -> None:
     empty: dict[str, list[dict[str, Any]]] = {key: [] for key in ANSWERS}
     empty["baseline_p95"] = [sample("NaN")]
     figures = figures_from_prometheus(empty, drift_threshold=0.3)
+    assert figures.baseline.latency is None and figures.candidate.latency is None
     assert figures.baseline.requests == 0
     assert figures.baseline.p95_s is None
     assert figures.candidate.p95_s is None
