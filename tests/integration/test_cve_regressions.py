@@ -248,7 +248,7 @@ def test_a_chunked_flood_is_cut_off_at_the_body_limit_and_others_are_served(serv
         except ConnectionResetError:
             pass
         sender.join(timeout=30)
-    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert b"--http-max-body-bytes" in answer
     assert sent["stopped_by"], f"the server read {sent['bytes']} bytes of a flood without closing"
     assert sent["bytes"] < 64 * BODY_LIMIT

@@ -224,17 +224,17 @@ def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProc
 
 
 def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: ServerProcess) -> None:
-    before = requests_counted(server, "http", "400")
+    before = requests_counted(server, "http", "413")
     head = f"POST /v2/models/relu/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {BODY_LIMIT + 1}\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
         sock.sendall(head.encode() + b"[")  # the rest never comes: the declared length is refused
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
-    assert answer.startswith(b"HTTP/1.1 400 ") and b"--http-max-body-bytes" in answer
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"--http-max-body-bytes" in answer
     # The frontend answered on its own; the model process counts the answer all the same.
     deadline = time.monotonic() + 5
-    while requests_counted(server, "http", "400") < before + 1:
+    while requests_counted(server, "http", "413") < before + 1:
         assert time.monotonic() < deadline, "the frontend's refusal was not counted"
         time.sleep(0.05)
     assert http_relu(server, np.ones((1, 4), np.float32), binary=False).tolist() == [[1, 1, 1, 1]]

@@ -45,6 +45,7 @@ def server(
         "--http-max-headers", "20",
         "--http-max-connections", "6",
         "--http-slow-client-timeout-secs", str(SLOW_CLIENT_SECS),
+        "--http-min-body-rate", "10",  # test_a_slow_but_steady_body_is_read sends 30 bytes a second
         "--max-input-elements", "1000",
         "--grpc-max-message-bytes", "65536",
         env={
@@ -82,7 +83,7 @@ def read_until_closed(sock: socket.socket) -> bytes:
 
 def test_a_body_over_the_limit_is_refused_with_the_flag_named(server: ServerProcess) -> None:
     refused = server.request("POST", "/v2/models/identity/infer", infer_body(rows=4000))
-    assert refused.status == 400
+    assert refused.status == 413
     assert "--http-max-body-bytes" in refused.json()["error"]
     assert "65536 byte limit" in refused.json()["error"]
     assert serves_others(server)

@@ -7,11 +7,27 @@ the defaults without importing the server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 #: Deeper than any V2 request or model config needs (an ensemble's config nests about 6 deep), far
 #: below orjson's own 1024.
 DEFAULT_MAX_JSON_DEPTH = 32
+
+
+def parse_networks(entries: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """``127.0.0.1``, ``10.0.0.0/8``, ``::1``...: each a network; a bad entry raises ValueError naming it."""
+    networks = []
+    for entry in entries:
+        text = entry.strip()
+        if not text:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise ValueError(f"'{text}' is not an IP address or network (such as 10.0.0.0/8)") from None
+    return networks
 
 
 @dataclass(frozen=True)
@@ -34,3 +50,20 @@ class HttpLimits:
     slow_client_timeout_secs: float = 10.0
     #: Nesting of a JSON request body, an infer request's tensor data aside.
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: Seconds a whole request (line, headers and body) may take to arrive from its first byte: a
+    #: 100 MB body over a 10 Mbit/s link takes 80 s.
+    request_timeout_secs: float = 120.0
+    #: Bytes a second a request body must average once it has been arriving for
+    #: ``slow_client_timeout_secs``: a client trickling a byte at a time is cut off after that grace.
+    min_body_rate: int = 4096
+    #: Seconds a client may leave an answer unread (no byte of it taken) before it is cut off.
+    write_timeout_secs: float = 30.0
+    #: Addresses and networks of the proxies whose ``client_ip_header`` names the client (empty: none).
+    trusted_proxies: tuple[str, ...] = field(default=())
+    #: The header a trusted proxy names the client in (its rightmost address not itself a proxy).
+    client_ip_header: str = "x-forwarded-for"
+
+    def __post_init__(self) -> None:
+        # Sent to the frontend processes as JSON, where a tuple becomes a list.
+        object.__setattr__(self, "trusted_proxies", tuple(self.trusted_proxies))
+        object.__setattr__(self, "client_ip_header", self.client_ip_header.lower())

@@ -1,16 +1,20 @@
 """One client connection: httptools parses its bytes, each request becomes an :class:`Exchange` whose
 app runs as one task, answers go back in order, and conch's per-client limits hold.
 
-The limits (``conch serve --http-*``, docs/security.md): a head over ``max_header_bytes`` or
-``max_headers`` gets a 431; a head not complete ``slow_client_timeout_secs`` after its first byte (or
-after the connection opened) a 408, and so does a body from which no byte came for that long; a
-connection over ``max_connections`` a 503; each with ``Connection: close``. An answer sent before its
-request's body has all arrived (a refused body) closes the connection, so a body that never ends
-cannot hold it. Time limits are checked by the server's once-a-tick sweep (:meth:`check_time`), not
-by a timer per request: arming and cancelling two timers per request cost more than the checks.
+The limits (``conch serve --http-*``, docs/security.md): a head over ``max_header_bytes`` (chunk
+extensions and trailers count with it) or ``max_headers`` gets a 431; a head without a version, or
+without exactly one ``Host``, a 400; a request too slow to arrive (:mod:`pace`) a 408; a connection
+the server has no room for (:mod:`admission`) a 503; each with ``Connection: close``. An answer sent
+before its request's body has all arrived (a refused body) closes the connection, so a body that never
+ends cannot hold it. Time limits are checked by the server's once-a-tick sweep (:meth:`check_time`),
+not by a timer per request: arming and cancelling two timers per request cost more than the checks.
 
 Requests pipelined on one connection are answered one after another, in order; while one is being
-answered, reading stops once the next has arrived.
+answered, reading stops once the next has arrived. While the transport holds more unsent bytes than
+its high-water mark (the client is not reading its answers), reading stops and the next pipelined
+request waits, so a connection holds at most one answer beyond :data:`WRITE_HIGH_WATER`; a client
+that takes no byte for ``write_timeout_secs`` is cut off. 200 pipelined requests for 1 MiB answers,
+none read, grew the server by 1,052 MiB when every answer was written at once.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from urllib.parse import unquote
 
 import httptools
 
+from conch.frontends.http.server.admission import Holding
 from conch.frontends.http.server.exchange import HIGH_WATER, Exchange
 from conch.frontends.http.server.heads import refusal
+from conch.frontends.http.server.pace import RequestPace
+from conch.frontends.http.server.request_checks import expects_continue, head_problem
 
 if TYPE_CHECKING:
     from conch.frontends.http.server.server import HttpServer
@@ -35,6 +42,15 @@ log = logging.getLogger("conch.frontends.http.server")
 #: with the client's request still unread, makes the kernel answer it with a reset, which a client
 #: may report instead of the refusal.
 LINGER_SECS = 1.0
+#: What a lingering close reads and drops at most before it closes anyway: enough for a client's
+#: request already in flight, far less than a body an attacker could stream in ``LINGER_SECS``.
+LINGER_BYTES = 1024 * 1024
+#: Unsent answer bytes a connection's transport holds before the connection stops reading and
+#: starting its next pipelined request (asyncio's own default).
+WRITE_HIGH_WATER = 64 * 1024
+#: Framing bytes allowed per chunk of a chunked body (size line, CRLFs); beyond it a chunk's
+#: extensions count against the head limit.
+_CHUNK_FRAMING = 40
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 # What the parser is in the middle of, for the time limits.
@@ -53,38 +69,46 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.client: tuple[str, int] | None = None
         self.address: tuple[str, int] | None = None
+        #: Who the client is, for its share of the connections: its address, or a trusted proxy's word.
+        self.identity = ""
         #: The exchange whose request the parser is reading; the one being answered; those waiting.
         self.parsing: Exchange | None = None
         self.answering: Exchange | None = None
         self.waiting: deque[Exchange] = deque()
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
-        self._head_bytes = 0
+        self._head_bytes = self._header_count = self._chunks = 0
         self.phase = _HEAD
-        self.since = self.loop.time()
+        #: When the connection last became idle (or opened).
+        self.since = self._checked = self.loop.time()
+        self.pace = RequestPace()
+        #: Refused (or closing after an answer that left its body unread): what comes is dropped.
         self.refused = False
-        self._stop_parsing = False
+        self._pending_refusal: tuple[int, str] | None = None
+        self._lingered = 0
         self._held_for_body = self._held_for_queue = False
         self.write_paused = False
+        self._unsent = 0
+        self._write_stuck_since = 0.0
         self._drain: asyncio.Future[None] | None = None
 
     # asyncio's side.
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's TCP transport
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.client = _address(transport.get_extra_info("peername"))
         self.address = _address(transport.get_extra_info("sockname"))
-        connections = self.server.connections
-        connections.add(self)
-        if len(connections) > self.limits.max_connections:
-            self.refuse(
-                503,
-                f"the server holds its {self.limits.max_connections} connections already "
-                "(--http-max-connections); retry later",
-            )
+        self.identity = self.client[0] if self.client else ""
+        refused = self.server.admit(self)
+        self.server.connections.add(self)
+        if refused is not None:
+            self.refuse(503, refused)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self.refused:
+            self.server.lingering -= 1
         for exchange in (self.answering, self.parsing, *self.waiting):
             if exchange is not None:
                 exchange.lose()
@@ -92,26 +116,51 @@ class HttpConnection(asyncio.Protocol):
         self._release_drain()
 
     def data_received(self, data: bytes) -> None:
-        if self.refused or self._stop_parsing:
+        if self.refused:
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES:
+                self.transport.close()
             return
+        pace = self.pace
+        pace.stalled_secs = 0.0
+        in_body = self.phase == _BODY and self.parsing is not None
+        exchange, body_before, chunks_before = self.parsing, pace.body_bytes, self._chunks
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # An upgrade (WebSocket, h2c) is not served: the request is answered as plain HTTP/1.1,
-            # and the connection closes after it, since what follows is not HTTP/1.1.
-            self._stop_parsing = True
-            if self.parsing is not None:
-                self.parsing.keep_alive = False
+        except httptools.HttpParserUpgrade as upgrade:
+            self._not_upgraded(data, upgrade)
+            return
         except httptools.HttpParserError as exc:
             log.warning("Invalid HTTP request received.")
             self.refuse(400, f"the request is not valid HTTP/1.1 ({_reason(exc)})")
+            return
+        if in_body and self.parsing is exchange and self.phase == _BODY:
+            # Bytes of a body that are neither its data nor its chunks' framing: chunk extensions.
+            chunks = self._chunks - chunks_before + 1
+            extensions = len(data) - (pace.body_bytes - body_before) - _CHUNK_FRAMING * chunks
+            if extensions > 0:
+                self._count_head(extensions)
+
+    def _not_upgraded(self, data: bytes, upgrade: Exception) -> None:
+        """An Upgrade (h2c, WebSocket) is not taken: its request is answered as HTTP/1.1 (RFC 9110 lets a
+        server ignore Upgrade), and what follows it is read as HTTP/1.1, by a fresh parser."""
+        offset = upgrade.args[0] if upgrade.args and isinstance(upgrade.args[0], int) else len(data)
+        self.parser = httptools.HttpRequestParser(self)
+        if not self.refused and offset < len(data):
+            self.data_received(data[offset:])
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        self._unsent = self.transport.get_write_buffer_size()
+        self._write_stuck_since = self.loop.time()
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self.write_paused = False
         self._release_drain()
+        self._update_reading()
+        if self.answering is None and self.waiting and not self.refused:
+            self._next()
 
     def _release_drain(self) -> None:
         if self._drain is not None and not self._drain.done():
@@ -131,10 +180,10 @@ class HttpConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
-        self._head_bytes = 0
+        self._head_bytes = self._header_count = 0
         if self.phase != _HEAD:  # the first request's head is timed from the connection's opening
             self.phase = _HEAD
-            self.since = self.loop.time()
+            self.pace.restart()
 
     def on_url(self, url: bytes) -> None:
         if self._count_head(len(url)):
@@ -143,19 +192,26 @@ class HttpConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._count_head(len(name) + len(value)):
             return
-        if len(self._headers) >= self.limits.max_headers:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
             self.refuse(
                 431,
                 f"the request has more than {self.limits.max_headers} headers "
                 "(--http-max-headers); send fewer",
             )
             return
-        self._headers.append((name.lower(), value))
+        if self.phase == _HEAD:  # after it, a trailer: counted with the head, never shown to the app
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         if self.refused:
             return
         parser = self.parser
+        http_version = parser.get_http_version()
+        problem = head_problem(http_version, self._headers)
+        if problem is not None:
+            self.refuse(400, problem)
+            return
         try:
             url = httptools.parse_url(self._url)
         except httptools.HttpParserInvalidURLError:
@@ -165,13 +221,18 @@ class HttpConnection(asyncio.Protocol):
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(path, encoding="latin-1")
-        http_version = parser.get_http_version()
+        client = self.client
+        proxies = self.server.proxies
+        if proxies and client is not None:
+            self.identity = proxies.client_of(client[0], self._headers)
+            if self.identity != client[0]:
+                client = (self.identity, 0)
         scope = {
             "type": "http",
             "asgi": _ASGI,
             "http_version": http_version,
             "server": self.address,
-            "client": self.client,
+            "client": client,
             "scheme": "http",
             "method": parser.get_method().decode("ascii"),
             "root_path": "",
@@ -180,22 +241,26 @@ class HttpConnection(asyncio.Protocol):
             "query_string": url.query or b"",
             "headers": self._headers,
         }
-        expect_continue = http_version == "1.1" and _expects_continue(self._headers)
+        expect_continue = http_version == "1.1" and expects_continue(self._headers)
         exchange = Exchange(self, scope, parser.should_keep_alive(), expect_continue)
         self.parsing = exchange
         self.phase = _BODY
-        self.since = self.loop.time()
+        self.pace.body_secs = self.pace.stalled_secs = 0.0
+        self.pace.body_bytes = self._chunks = 0
         if self.answering is None:
             self._start(exchange)
         else:
             self.waiting.append(exchange)
             self._hold_for_queue(True)
 
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+
     def on_body(self, body: bytes) -> None:
         exchange = self.parsing
         if exchange is None or self.refused:
             return
-        self.since = self.loop.time()
+        self.pace.body_bytes += len(body)
         exchange.add_body(body)
         if exchange.buffered > HIGH_WATER and not self._held_for_body:
             self._held_for_body = True
@@ -248,16 +313,24 @@ class HttpConnection(asyncio.Protocol):
         if exchange is not self.answering or self.transport.is_closing():
             return
         self.answering = None
-        if not exchange.body_complete or not exchange.keep_alive or self.server.stopping:
-            # A body still arriving after its answer (a refused one) is not read on, see the module doc.
+        if self._pending_refusal is not None:  # a later request was refused while this one was answered
+            self._send_refusal(*self._pending_refusal)
+        elif not exchange.body_complete:
+            self._linger_close()  # a body still arriving after its answer is not read on (module doc)
+        elif not exchange.keep_alive or self.server.stopping:
             self.close()
-            return
-        if self.waiting:
+        else:
+            self._next()
+
+    def _next(self) -> None:
+        """Starts the next pipelined request, unless the client has yet to take the answers before it."""
+        if not self.waiting:
+            if self.parsing is None:
+                self.since = self.loop.time()  # idle from now
+        elif not self.write_paused:
             self._start(self.waiting.popleft())
             if not self.waiting:
                 self._hold_for_queue(False)
-        elif self.parsing is None:
-            self.since = self.loop.time()  # idle from now
 
     def _hold_for_queue(self, hold: bool) -> None:
         if hold != self._held_for_queue:
@@ -267,7 +340,7 @@ class HttpConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport.is_closing():
             return
-        if self._held_for_body or self._held_for_queue:
+        if self._held_for_body or self._held_for_queue or self.write_paused:
             self.transport.pause_reading()
         else:
             self.transport.resume_reading()
@@ -283,56 +356,134 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(
                 431,
                 f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
-                "(--http-max-header-bytes); send smaller headers",
+                "(--http-max-header-bytes, chunk extensions and trailers included); send smaller headers",
             )
             return False
         return True
 
     def check_time(self, now: float) -> None:
-        """The server's sweep: cuts off a head or body that stalled, or a connection idle too long."""
-        if self.refused or self.transport.is_closing():
+        """The server's sweep: cuts off a request too slow to arrive, a client that takes none of its
+        answer, or a connection idle too long."""
+        elapsed, self._checked = now - self._checked, now
+        if self.transport.is_closing():
             return
-        waited = now - self.since
-        limits = self.limits
-        if self.phase == _HEAD:
-            if waited > limits.slow_client_timeout_secs:
-                self.refuse(
-                    408,
-                    "the request's line and headers did not arrive within "
-                    f"{limits.slow_client_timeout_secs:g} s (--http-slow-client-timeout-secs)",
-                )
-        elif self.phase == _BODY:
-            if waited <= limits.slow_client_timeout_secs:
-                return
-            if self._held_for_body or self._held_for_queue:  # the server stopped reading, not the client
-                self.since = now
-                return
-            exchange = self.parsing
-            if exchange is not None:
-                exchange.lose()  # the app waiting for the rest of the body hears a disconnect
-                if exchange.head_sent:
-                    self.close()
-                    return
-            self.refuse(
-                408,
-                f"no byte of the request body arrived for {limits.slow_client_timeout_secs:g} s "
-                "(--http-slow-client-timeout-secs)",
+        if self.write_paused and self._write_stalled(now):
+            log.info(
+                "cut off a client that read nothing of its answer for %g s", self.limits.write_timeout_secs
             )
-        elif self.answering is None and not self.waiting and waited > limits.idle_timeout_secs:
+            self.transport.abort()
+            return
+        if self.refused or self.phase == _IDLE:
+            if (
+                self.answering is None
+                and not self.waiting
+                and now - self.since > self.limits.idle_timeout_secs
+            ):
+                self.close()
+            return
+        if self._held_for_body or self._held_for_queue or self.write_paused:
+            return  # the server stopped reading, not the client: its clocks stand still
+        pace = self.pace
+        pace.advance(elapsed, self.phase == _BODY)
+        if self.phase == _HEAD:
+            late = pace.late_head(self.limits)
+            if late is not None:
+                self.refuse(408, late)
+            return
+        late = pace.late_body(self.limits)
+        if late is not None:
+            exchange = self.parsing
+            if exchange is not None and exchange.head_sent:
+                exchange.lose()  # the app waiting for the rest of the body hears a disconnect
+                self.close()
+                return
+            self.refuse(408, late)
+
+    def _write_stalled(self, now: float) -> bool:
+        """True once the client has taken no byte of its answers for ``write_timeout_secs``."""
+        unsent = self.transport.get_write_buffer_size()
+        if unsent < self._unsent:
+            self._unsent, self._write_stuck_since = unsent, now
+            return False
+        return now - self._write_stuck_since > self.limits.write_timeout_secs
+
+    def holding(self, now: float) -> Holding[HttpConnection]:
+        """This connection as the server's admission rule sees it (see :mod:`admission`)."""
+        answering = self.answering
+        evictable = not self.refused and (answering is None or answering is self.parsing) and not self.waiting
+        if answering is not None and answering.head_sent:
+            evictable = False
+        return Holding(
+            self,
+            self.identity,
+            evictable,
+            self.phase != _IDLE,
+            self.pace.rate(self._head_bytes),
+            now - self.since,
+        )
+
+    def evict(self) -> None:
+        """The server gives this connection's slot to another client: an idle one closes, one whose
+        request is still arriving is answered 503."""
+        if self.phase == _IDLE and self.answering is None:
             self.close()
+            return
+        self.refuse(
+            503,
+            "the server is at its connection cap and this request was among the slowest to arrive "
+            "(--http-max-connections); retry later",
+        )
 
     def refuse(self, status: int, message: str) -> None:
-        """Answers ``status`` with ``message`` and closes the connection, after a lingering read."""
-        self.refused = True
-        transport = self.transport
-        if transport.is_closing():
+        """Answers ``status`` with ``message`` and closes the connection, after a lingering read. The
+        request being read, and those waiting, never run; an answer being made for an earlier one is
+        sent first."""
+        if self.refused:
+            return
+        self._stop_reading_requests()
+        parsing, answering = self.parsing, self.answering
+        for exchange in (parsing, *self.waiting):
+            if exchange is not None:
+                exchange.lose()
+        self.waiting.clear()
+        self.parsing = None
+        if answering is not None and answering is parsing:
+            self.answering = None
+            if answering.head_sent:
+                self.close()
+                return
+        elif answering is not None:
+            self._pending_refusal = (status, message)
+            self._hold_for_queue(True)
+            return
+        self._send_refusal(status, message)
+
+    def _stop_reading_requests(self) -> None:
+        if not self.refused:
+            self.refused = True
+            self.server.lingering += 1
+
+    def _send_refusal(self, status: int, message: str) -> None:
+        self._pending_refusal = None
+        if self.transport.is_closing():
             return
         self.write(refusal(status, message, self.server.clock.date_header()))
         self.server.refused(self, status)
+        self._linger_close()
+
+    def _linger_close(self) -> None:
+        """Closes after what was written, reading (and dropping) what still comes for a while."""
+        self._stop_reading_requests()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        self.outbox.flush()
         if not transport.can_write_eof():
             transport.close()
             return
         transport.write_eof()
+        self._held_for_body = self._held_for_queue = False
+        transport.resume_reading()
         self.loop.call_later(LINGER_SECS, self.close)
 
     def shutdown(self) -> None:
@@ -345,13 +496,6 @@ def _address(value: Any) -> tuple[str, int] | None:
     if isinstance(value, tuple) and len(value) >= 2:
         return str(value[0]), int(value[1])
     return None
-
-
-def _expects_continue(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name == b"expect":
-            return value.lower() == b"100-continue"
-    return False
 
 
 def _reason(exc: Exception) -> str:

@@ -9,9 +9,11 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from conch.frontends.http.limits import HttpLimits
+from conch.frontends.http.server.admission import admit, near_cap
 from conch.frontends.http.server.connection import HttpConnection
 from conch.frontends.http.server.heads import Clock
 from conch.frontends.http.server.outbox import Outbox
+from conch.frontends.http.server.peers import TrustedProxies
 from conch.frontends.tls import TlsFiles
 
 if TYPE_CHECKING:
@@ -40,11 +42,15 @@ class HttpServer:
         #: The port's TLS (off: plain HTTP).
         self.tls = tls or TlsFiles()
         self.limits = limits or HttpLimits()
+        #: ``--http-trusted-proxies``: whose client header names the client.
+        self.proxies = TrustedProxies(self.limits.trusted_proxies, self.limits.client_ip_header)
         #: One record per answer on :data:`ACCESS_LOGGER` (off by default: a record per request,
         #: health probes and scrapes included, costs the event loop a formatted line each).
         self.access_log = access_log
         self.clock = Clock()
         self.connections: set[HttpConnection] = set()
+        #: Connections refused (or closing) that still read for a moment: they hold no slot.
+        self.lingering = 0
         #: Set by :meth:`serve`, on the loop it serves on.
         self.outbox: Outbox = None  # type: ignore[assignment]
         self.stopping = False
@@ -53,7 +59,8 @@ class HttpServer:
         self._stop = asyncio.Event()
         # Every time limit is seconds long; a sweep a quarter of the shortest apart keeps each within
         # a quarter of its value.
-        shortest = min(self.limits.slow_client_timeout_secs, self.limits.idle_timeout_secs)
+        limits = self.limits
+        shortest = min(limits.slow_client_timeout_secs, limits.idle_timeout_secs, limits.write_timeout_secs)
         self._tick_secs = max(0.05, min(1.0, shortest / 4))
 
     async def serve(self, sockets: list[socket.socket]) -> None:
@@ -98,6 +105,21 @@ class HttpServer:
             connection.check_time(now)
         if not self.stopping:
             asyncio.get_running_loop().call_later(self._tick_secs, self._sweep)
+
+    def admit(self, newcomer: HttpConnection) -> str | None:
+        """None when ``newcomer`` may be held (another client's slowest request may make room for it,
+        :mod:`admission`), else why it is refused."""
+        cap = self.limits.max_connections
+        if not near_cap(len(self.connections) - self.lingering + 1, cap):
+            return None
+        now = asyncio.get_running_loop().time()
+        others = [each.holding(now) for each in self.connections if not each.refused]
+        verdict = admit(newcomer.identity, others, cap)
+        if verdict.evict is not None:
+            verdict.evict.evict()
+        if verdict.admitted:
+            return None
+        return f"{verdict.reason}: the server holds at most {cap} (--http-max-connections); retry later"
 
     def answered(self, connection: HttpConnection, exchange: Exchange) -> None:
         if self.access_log:
