@@ -85,6 +85,14 @@ def likely_causes(model: Any, frame: Any) -> Callable[[list[int]], list[str]]:
                     f"model receives it as the empty string; fill it before fitting, e.g. "
                     f"frame['{column}'].fillna('missing'), or impute it with SimpleImputer in the pipeline"
                 )
+        for column in missing.keys() | {c for c, values in known.items() if any(map(is_missing, values))}:
+            empty = [row for row in rows if column in frame.columns and frame[column].iloc[row] == ""]
+            if empty:
+                causes.append(
+                    f"column '{column}' holds the empty string in row(s) {empty[:10]}, which the served "
+                    "model cannot tell from a missing text value: give it a name before fitting, e.g. "
+                    f"frame['{column}'].replace('', 'blank')"
+                )
         for column, categories in known.items():
             if column not in frame.columns:
                 continue

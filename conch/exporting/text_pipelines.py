@@ -138,9 +138,7 @@ def _check_convertible(vectorizer: Any) -> None:
             "can hold: express it with token_pattern, lowercase and stop_words, or export a torch model"
         )
     if vectorizer.analyzer == "char_wb":
-        raise ExportError(
-            f'{kind}(analyzer="char_wb") has no ONNX form: fit it with analyzer="char" instead'
-        )
+        raise ExportError(f'{kind}(analyzer="char_wb") has no ONNX form: fit it with analyzer="char" instead')
     if vectorizer.strip_accents is not None:
         raise ExportError(
             f"{kind}(strip_accents={vectorizer.strip_accents!r}) has no ONNX form: strip accents from "
