@@ -1,0 +1,166 @@
+"""What one gRPC connection may hold of a real server: its streams, its silence, its pings and its age.
+
+The server's side of HTTP/2 is read with a bare peer (``http2_peer``): the SETTINGS it announces, the
+pings it sends and the GOAWAY frames that end a connection. Real tritonclient calls check that clients
+that behave are not hurt: answered pings, unary calls across a connection's age, and a sequence
+streamed over ``ModelStreamInfer`` that outlives it.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from onnx import TensorProto
+
+from tests.fixtures.onnx_models import identity_model, write_repository
+from tests.fixtures.sequence_models import accumulator_config, accumulator_model
+from tests.integration.http2_peer import MAX_CONCURRENT_STREAMS, PING, Http2Peer
+from tests.integration.server_process import ServerProcess
+
+#: Short enough that every case here runs in a few seconds.
+FAST_KEEPALIVE = ("--grpc-keepalive-time-secs", "1", "--grpc-keepalive-timeout-secs", "1")
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    models: dict[str, tuple[Any, str | None]] = {
+        "acc": (accumulator_model(), accumulator_config("acc", idle_us=60_000_000)),
+        "plain": (identity_model(TensorProto.FLOAT), None),
+    }
+    return write_repository(tmp_path_factory.mktemp("connections"), models)
+
+
+@pytest.fixture(scope="module")
+def keepalive_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    return start_server(repository, *FAST_KEEPALIVE, env={"CONCH_GRPC_MAX_CONCURRENT_STREAMS": "7"})
+
+
+@pytest.fixture(scope="module")
+def aging_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    return start_server(repository, "--grpc-max-connection-age-secs", "1")
+
+
+def plain_call(client: grpcclient.InferenceServerClient, value: float) -> float:
+    tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.full([1, 4], value, np.float32))
+    return float(client.infer("plain", [tensor]).as_numpy("OUTPUT0")[0, 0])
+
+
+def sequence_step(
+    client: grpcclient.InferenceServerClient, sequence_id: int, value: float, start: bool, end: bool
+) -> None:
+    tensor = grpcclient.InferInput("INPUT", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.full([1, 1], value, np.float32))
+    client.async_stream_infer(
+        "acc", [tensor], sequence_id=sequence_id, sequence_start=start, sequence_end=end
+    )
+
+
+def test_every_connection_is_told_the_default_stream_limit(aging_server: ServerProcess) -> None:
+    peer = Http2Peer(aging_server.grpc_port)
+    try:
+        assert peer.settings().get(MAX_CONCURRENT_STREAMS) == 1024
+    finally:
+        peer.close()
+
+
+@pytest.mark.parametrize("mode", [(), ("--frontends", "1"), ("--grpc-relay", "true")], ids=str)
+def test_the_stream_limit_holds_however_the_port_is_served(
+    start_server: Callable[..., ServerProcess],
+    keepalive_server: ServerProcess,
+    repository: Path,
+    mode: tuple[str, ...],
+) -> None:
+    server = keepalive_server
+    if mode:
+        server = start_server(repository, *mode, *FAST_KEEPALIVE, "--grpc-max-concurrent-streams", "7")
+    peer = Http2Peer(server.grpc_port, answer_pings=False)
+    try:
+        assert peer.settings().get(MAX_CONCURRENT_STREAMS) == 7
+        peer.read_for(10)  # keepalive too reaches this process's gRPC port
+        assert peer.closed_at is not None and [g.goaway_reason for g in peer.goaways()] == ["ping_timeout"]
+    finally:
+        peer.close()
+
+
+def test_a_peer_that_stops_answering_pings_is_dropped(keepalive_server: ServerProcess) -> None:
+    peer = Http2Peer(keepalive_server.grpc_port, answer_pings=False)
+    try:
+        peer.read_for(15)
+    finally:
+        peer.close()
+    pings = [each.at for each in peer.frames if each.kind == PING]
+    assert pings, "the server never pinged an idle connection"
+    assert peer.closed_at is not None, "a peer that answers no ping still holds its connection"
+    assert [g.goaway_reason for g in peer.goaways()] == ["ping_timeout"]
+    assert peer.closed_at - pings[0] < 5  # the timeout is 1 s; a loaded machine gets slack
+
+
+def test_a_peer_that_answers_is_pinged_and_kept(keepalive_server: ServerProcess) -> None:
+    peer = Http2Peer(keepalive_server.grpc_port)
+    with grpcclient.InferenceServerClient(keepalive_server.grpc_url) as client:
+        first = plain_call(client, 1.0)
+        peer.read_for(2.5)  # the client's connection is pinged meanwhile too
+        second = plain_call(client, 2.0)
+    peer.close()
+    assert (first, second) == (1.0, 2.0)
+    assert peer.closed_at is None and not peer.goaways()
+    assert [each for each in peer.frames if each.kind == PING]
+
+
+def test_a_ping_flood_is_sent_away(keepalive_server: ServerProcess) -> None:
+    peer = Http2Peer(keepalive_server.grpc_port)
+    try:
+        peer.settings()
+        peer.flood_pings(10)
+        peer.read_for(5)
+    finally:
+        peer.close()
+    assert [g.goaway_reason for g in peer.goaways()] == ["too_many_pings"]
+    assert peer.closed_at is not None
+
+
+def test_a_connection_past_its_age_is_sent_away(aging_server: ServerProcess) -> None:
+    peer = Http2Peer(aging_server.grpc_port)
+    try:
+        peer.read_for(10)
+    finally:
+        peer.close()
+    reasons = [(g.goaway_reason, g.at) for g in peer.goaways()]
+    assert reasons and all(reason == "max_age" for reason, _ in reasons), reasons
+    assert reasons[0][1] > 0.5  # gRPC spreads the age by up to a tenth either way
+    assert peer.closed_at is not None
+
+
+def test_unary_calls_keep_working_across_the_connections_age(aging_server: ServerProcess) -> None:
+    answers = []
+    with grpcclient.InferenceServerClient(aging_server.grpc_url) as client:
+        deadline = time.monotonic() + 2.5  # past two ages: the client moves to a new connection
+        while time.monotonic() < deadline and len(answers) < 400:
+            answers.append(plain_call(client, float(len(answers))))
+            time.sleep(0.01)
+    assert answers == [float(index) for index in range(len(answers))]
+    assert len(answers) >= 10
+
+
+def test_an_open_sequence_stream_outlives_the_connections_age(aging_server: ServerProcess) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(aging_server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        sequence_step(client, 61, 1.0, start=True, end=False)
+        first = answers.get(timeout=10)
+        time.sleep(3)  # past the age (1 s and its spread) and past any grace of a second or two
+        sequence_step(client, 61, 2.0, start=False, end=False)
+        sequence_step(client, 61, 3.0, start=False, end=True)
+        rest = [answers.get(timeout=10) for _ in range(2)]
+        client.stop_stream()
+    assert not [str(each) for each in [first, *rest] if isinstance(each, Exception)]
+    sums = [float(each.as_numpy("OUTPUT").ravel()[0]) for each in [first, *rest]]
+    assert sums == [1.0, 3.0, 6.0]
