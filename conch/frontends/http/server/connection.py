@@ -6,15 +6,13 @@ extensions and trailers count with it) or ``max_headers`` gets a 431; a head wit
 without exactly one ``Host``, a 400; a request too slow to arrive (:mod:`pace`) a 408; a connection
 the server has no room for (:mod:`admission`) a 503; each with ``Connection: close``. An answer sent
 before its request's body has all arrived (a refused body) closes the connection, so a body that never
-ends cannot hold it. Time limits are checked by the server's once-a-tick sweep (:meth:`check_time`),
+ends cannot hold it. Time limits are checked by the server's once-a-tick sweep (``sweep.py``),
 not by a timer per request: arming and cancelling two timers per request cost more than the checks.
 
-Requests pipelined on one connection are answered one after another, in order; while one is being
-answered, reading stops once the next has arrived. While the transport holds more unsent bytes than
-its high-water mark (the client is not reading its answers), reading stops and the next pipelined
-request waits, so a connection holds at most one answer beyond :data:`WRITE_HIGH_WATER`; a client
-that takes no byte for ``write_timeout_secs`` is cut off. 200 pipelined requests for 1 MiB answers,
-none read, grew the server by 1,052 MiB when every answer was written at once.
+Pipelined requests are answered one after another, in order; reading stops once the next has arrived,
+and while the transport holds over :data:`WRITE_HIGH_WATER` unsent bytes, when the next request also
+waits: a connection holds at most one answer beyond it (200 pipelined requests for 1 MiB answers, none
+read, grew the server by 199 MiB when each answer was written at once; ``bench.hostile_clients``).
 """
 
 from __future__ import annotations
@@ -22,28 +20,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from conch.frontends.http.server.admission import Holding
 from conch.frontends.http.server.exchange import HIGH_WATER, Exchange
 from conch.frontends.http.server.heads import refusal
 from conch.frontends.http.server.pace import RequestPace
-from conch.frontends.http.server.request_checks import expects_continue, head_problem
+from conch.frontends.http.server.request_heads import (
+    expects_continue,
+    head_problem,
+    http_scope,
+    parser_complaint,
+    peer_address,
+)
 
 if TYPE_CHECKING:
     from conch.frontends.http.server.server import HttpServer
 
 log = logging.getLogger("conch.frontends.http.server")
 
-#: How long a refused connection is read (and its bytes dropped) before it closes: closing at once,
-#: with the client's request still unread, makes the kernel answer it with a reset, which a client
-#: may report instead of the refusal.
+#: How long (and how much) a refused connection is read, its bytes dropped, before it closes: closing
+#: at once, the client's request unread, makes the kernel answer with a reset, which a client may
+#: report instead of the refusal; 1 MiB is a request in flight, not what a client streams in 1 s.
 LINGER_SECS = 1.0
-#: What a lingering close reads and drops at most before it closes anyway: enough for a client's
-#: request already in flight, far less than a body an attacker could stream in ``LINGER_SECS``.
 LINGER_BYTES = 1024 * 1024
 #: Unsent answer bytes a connection's transport holds before the connection stops reading and
 #: starting its next pipelined request (asyncio's own default).
@@ -51,10 +51,9 @@ WRITE_HIGH_WATER = 64 * 1024
 #: Framing bytes allowed per chunk of a chunked body (size line, CRLFs); beyond it a chunk's
 #: extensions count against the head limit.
 _CHUNK_FRAMING = 40
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 # What the parser is in the middle of, for the time limits.
-_IDLE, _HEAD, _BODY = 0, 1, 2
+IDLE, HEAD, BODY = 0, 1, 2
 
 
 class HttpConnection(asyncio.Protocol):
@@ -75,12 +74,10 @@ class HttpConnection(asyncio.Protocol):
         self.parsing: Exchange | None = None
         self.answering: Exchange | None = None
         self.waiting: deque[Exchange] = deque()
-        self._url = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._head_bytes = self._header_count = self._chunks = 0
-        self.phase = _HEAD
-        #: When the connection last became idle (or opened).
-        self.since = self._checked = self.loop.time()
+        self._url, self._headers = b"", cast(list[tuple[bytes, bytes]], [])
+        self.head_bytes = self._header_count = self._chunks = 0
+        self.phase = HEAD
+        self.since = self.checked = self.loop.time()  # since: when it last became idle (or opened)
         self.pace = RequestPace()
         #: Refused (or closing after an answer that left its body unread): what comes is dropped.
         self.refused = False
@@ -88,8 +85,7 @@ class HttpConnection(asyncio.Protocol):
         self._lingered = 0
         self._held_for_body = self._held_for_queue = False
         self.write_paused = False
-        self._unsent = 0
-        self._write_stuck_since = 0.0
+        self.unsent, self.write_stuck_since = 0, 0.0
         self._drain: asyncio.Future[None] | None = None
 
     # asyncio's side.
@@ -97,8 +93,8 @@ class HttpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's TCP transport
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.client = _address(transport.get_extra_info("peername"))
-        self.address = _address(transport.get_extra_info("sockname"))
+        self.client = peer_address(transport.get_extra_info("peername"))
+        self.address = peer_address(transport.get_extra_info("sockname"))
         self.identity = self.client[0] if self.client else ""
         refused = self.server.admit(self)
         self.server.connections.add(self)
@@ -123,7 +119,7 @@ class HttpConnection(asyncio.Protocol):
             return
         pace = self.pace
         pace.stalled_secs = 0.0
-        in_body = self.phase == _BODY and self.parsing is not None
+        in_body = self.phase == BODY and self.parsing is not None
         exchange, body_before, chunks_before = self.parsing, pace.body_bytes, self._chunks
         try:
             self.parser.feed_data(data)
@@ -132,9 +128,9 @@ class HttpConnection(asyncio.Protocol):
             return
         except httptools.HttpParserError as exc:
             log.warning("Invalid HTTP request received.")
-            self.refuse(400, f"the request is not valid HTTP/1.1 ({_reason(exc)})")
+            self.refuse(400, f"the request is not valid HTTP/1.1 ({parser_complaint(exc)})")
             return
-        if in_body and self.parsing is exchange and self.phase == _BODY:
+        if in_body and self.parsing is exchange and self.phase == BODY:
             # Bytes of a body that are neither its data nor its chunks' framing: chunk extensions.
             chunks = self._chunks - chunks_before + 1
             extensions = len(data) - (pace.body_bytes - body_before) - _CHUNK_FRAMING * chunks
@@ -151,8 +147,8 @@ class HttpConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        self._unsent = self.transport.get_write_buffer_size()
-        self._write_stuck_since = self.loop.time()
+        self.unsent = self.transport.get_write_buffer_size()
+        self.write_stuck_since = self.loop.time()
         self._update_reading()
 
     def resume_writing(self) -> None:
@@ -180,9 +176,9 @@ class HttpConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = []
-        self._head_bytes = self._header_count = 0
-        if self.phase != _HEAD:  # the first request's head is timed from the connection's opening
-            self.phase = _HEAD
+        self.head_bytes = self._header_count = 0
+        if self.phase != HEAD:  # the first request's head is timed from the connection's opening
+            self.phase = HEAD
             self.pace.restart()
 
     def on_url(self, url: bytes) -> None:
@@ -200,7 +196,7 @@ class HttpConnection(asyncio.Protocol):
                 "(--http-max-headers); send fewer",
             )
             return
-        if self.phase == _HEAD:  # after it, a trailer: counted with the head, never shown to the app
+        if self.phase == HEAD:  # after it, a trailer: counted with the head, never shown to the app
             self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
@@ -212,39 +208,21 @@ class HttpConnection(asyncio.Protocol):
         if problem is not None:
             self.refuse(400, problem)
             return
-        try:
-            url = httptools.parse_url(self._url)
-        except httptools.HttpParserInvalidURLError:
-            self.refuse(400, "the request's target is not a valid URL")
-            return
-        raw_path: bytes = url.path or b"/"
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path, encoding="latin-1")
         client = self.client
         proxies = self.server.proxies
         if proxies and client is not None:
             self.identity = proxies.client_of(client[0], self._headers)
             if self.identity != client[0]:
                 client = (self.identity, 0)
-        scope = {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": http_version,
-            "server": self.address,
-            "client": client,
-            "scheme": "http",
-            "method": parser.get_method().decode("ascii"),
-            "root_path": "",
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": url.query or b"",
-            "headers": self._headers,
-        }
+        method = parser.get_method().decode("ascii")
+        scope = http_scope(method, self._url, http_version, self._headers, client, self.address)
+        if scope is None:
+            self.refuse(400, "the request's target is not a valid URL")
+            return
         expect_continue = http_version == "1.1" and expects_continue(self._headers)
         exchange = Exchange(self, scope, parser.should_keep_alive(), expect_continue)
         self.parsing = exchange
-        self.phase = _BODY
+        self.phase = BODY
         self.pace.body_secs = self.pace.stalled_secs = 0.0
         self.pace.body_bytes = self._chunks = 0
         if self.answering is None:
@@ -271,7 +249,7 @@ class HttpConnection(asyncio.Protocol):
         if exchange is None or self.refused:
             return
         self.parsing = None
-        self.phase = _IDLE
+        self.phase = IDLE
         self.since = self.loop.time()
         exchange.end_body()
 
@@ -340,19 +318,17 @@ class HttpConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport.is_closing():
             return
-        if self._held_for_body or self._held_for_queue or self.write_paused:
+        if self.held():
             self.transport.pause_reading()
         else:
             self.transport.resume_reading()
-
-    # Limits.
 
     def _count_head(self, size: int) -> bool:
         """Adds ``size`` bytes to the head; False (and the connection refused) once over the limit."""
         if self.refused:
             return False
-        self._head_bytes += size
-        if self._head_bytes > self.limits.max_header_bytes:
+        self.head_bytes += size
+        if self.head_bytes > self.limits.max_header_bytes:
             self.refuse(
                 431,
                 f"the request line and headers are larger than {self.limits.max_header_bytes} bytes "
@@ -361,78 +337,9 @@ class HttpConnection(asyncio.Protocol):
             return False
         return True
 
-    def check_time(self, now: float) -> None:
-        """The server's sweep: cuts off a request too slow to arrive, a client that takes none of its
-        answer, or a connection idle too long."""
-        elapsed, self._checked = now - self._checked, now
-        if self.transport.is_closing():
-            return
-        if self.write_paused and self._write_stalled(now):
-            log.info(
-                "cut off a client that read nothing of its answer for %g s", self.limits.write_timeout_secs
-            )
-            self.transport.abort()
-            return
-        if self.refused or self.phase == _IDLE:
-            if (
-                self.answering is None
-                and not self.waiting
-                and now - self.since > self.limits.idle_timeout_secs
-            ):
-                self.close()
-            return
-        if self._held_for_body or self._held_for_queue or self.write_paused:
-            return  # the server stopped reading, not the client: its clocks stand still
-        pace = self.pace
-        pace.advance(elapsed, self.phase == _BODY)
-        if self.phase == _HEAD:
-            late = pace.late_head(self.limits)
-            if late is not None:
-                self.refuse(408, late)
-            return
-        late = pace.late_body(self.limits)
-        if late is not None:
-            exchange = self.parsing
-            if exchange is not None and exchange.head_sent:
-                exchange.lose()  # the app waiting for the rest of the body hears a disconnect
-                self.close()
-                return
-            self.refuse(408, late)
-
-    def _write_stalled(self, now: float) -> bool:
-        """True once the client has taken no byte of its answers for ``write_timeout_secs``."""
-        unsent = self.transport.get_write_buffer_size()
-        if unsent < self._unsent:
-            self._unsent, self._write_stuck_since = unsent, now
-            return False
-        return now - self._write_stuck_since > self.limits.write_timeout_secs
-
-    def holding(self, now: float) -> Holding[HttpConnection]:
-        """This connection as the server's admission rule sees it (see :mod:`admission`)."""
-        answering = self.answering
-        evictable = not self.refused and (answering is None or answering is self.parsing) and not self.waiting
-        if answering is not None and answering.head_sent:
-            evictable = False
-        return Holding(
-            self,
-            self.identity,
-            evictable,
-            self.phase != _IDLE,
-            self.pace.rate(self._head_bytes),
-            now - self.since,
-        )
-
-    def evict(self) -> None:
-        """The server gives this connection's slot to another client: an idle one closes, one whose
-        request is still arriving is answered 503."""
-        if self.phase == _IDLE and self.answering is None:
-            self.close()
-            return
-        self.refuse(
-            503,
-            "the server is at its connection cap and this request was among the slowest to arrive "
-            "(--http-max-connections); retry later",
-        )
+    def held(self) -> bool:
+        """The server, not the client, stopped this connection's reading (see the module doc)."""
+        return self._held_for_body or self._held_for_queue or self.write_paused
 
     def refuse(self, status: int, message: str) -> None:
         """Answers ``status`` with ``message`` and closes the connection, after a lingering read. The
@@ -490,15 +397,3 @@ class HttpConnection(asyncio.Protocol):
         """The server is stopping: an idle connection closes now, a busy one after its answer."""
         if self.answering is None:
             self.close()
-
-
-def _address(value: Any) -> tuple[str, int] | None:
-    if isinstance(value, tuple) and len(value) >= 2:
-        return str(value[0]), int(value[1])
-    return None
-
-
-def _reason(exc: Exception) -> str:
-    """The parser's complaint, without anything of the request's bytes."""
-    text = str(exc.args[0]) if exc.args else type(exc).__name__
-    return text.split(":")[0][:80] or type(exc).__name__

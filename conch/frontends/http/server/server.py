@@ -14,6 +14,7 @@ from conch.frontends.http.server.connection import HttpConnection
 from conch.frontends.http.server.heads import Clock
 from conch.frontends.http.server.outbox import Outbox
 from conch.frontends.http.server.peers import TrustedProxies
+from conch.frontends.http.server.sweep import check_time, evict, holding
 from conch.frontends.tls import TlsFiles
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class HttpServer:
     def _sweep(self) -> None:
         now = asyncio.get_running_loop().time()
         for connection in list(self.connections):
-            connection.check_time(now)
+            check_time(connection, now)
         if not self.stopping:
             asyncio.get_running_loop().call_later(self._tick_secs, self._sweep)
 
@@ -113,10 +114,10 @@ class HttpServer:
         if not near_cap(len(self.connections) - self.lingering + 1, cap):
             return None
         now = asyncio.get_running_loop().time()
-        others = [each.holding(now) for each in self.connections if not each.refused]
+        others = [holding(each, now) for each in self.connections if not each.refused]
         verdict = admit(newcomer.identity, others, cap)
         if verdict.evict is not None:
-            verdict.evict.evict()
+            evict(verdict.evict)
         if verdict.admitted:
             return None
         return f"{verdict.reason}: the server holds at most {cap} (--http-max-connections); retry later"
