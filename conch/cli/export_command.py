@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.arguments import at_least
+from conch.cli.reference_flag import add_reference_argument
 
 if TYPE_CHECKING:
     from conch.cli.progress import Steps
@@ -62,6 +63,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--version", type=at_least(1), help="version number (default: the highest existing one plus one)"
     )
+    add_reference_argument(parser)
     parser.add_argument(
         "--trust-pickle",
         action="store_true",
@@ -93,7 +95,11 @@ def _export(args: argparse.Namespace, steps: Steps) -> tuple[int, Path | None]:
         steps.step(f"loading {args.file}")
         model = _load_model(args.file, args.trust_pickle)
         sample = _load_sample(args.sample)
-        options = {} if args.max_batch_size is None else {"max_batch_size": args.max_batch_size}
+        options: dict[str, Any] = (
+            {} if args.max_batch_size is None else {"max_batch_size": args.max_batch_size}
+        )
+        if args.reference is not None:
+            options["reference"] = args.reference
         # Python's default filters still apply (deprecations stay hidden); what passes them is shown
         # in the command's own voice, once each.
         with warnings.catch_warnings(record=True) as caught:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conch.cli.reference_flag import add_reference_argument, record_reference
 from conch.packaging.semver import SemVer, SemVerError, parse_semver
 
 
@@ -34,6 +35,7 @@ def add_parser(commands: Any) -> None:
         metavar="N",
         help="numeric version folder to package (default: the highest)",
     )
+    add_reference_argument(parser)
     parser.add_argument(
         "--sign",
         type=Path,
@@ -64,6 +66,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from conch.cli.progress import Steps, print_summary
 
+    if args.reference is not None:
+        from conch.validation.expected_agreement import ReferenceError
+
+        try:
+            print(record_reference(args.model_dir, args.model_version, args.reference))
+        except ReferenceError as exc:
+            print(f"conch package: --reference: {exc}", file=sys.stderr)
+            return 1
     try:
         key = load_signing_key(args.sign) if args.sign is not None else None
         with Steps(prefix="conch package: ", label=f"conch package {args.model_dir}") as steps:

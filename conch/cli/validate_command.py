@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conch.cli.reference_flag import add_reference_argument, record_reference
+
 if TYPE_CHECKING:
     from conch.validation.findings import Finding
 
@@ -25,6 +27,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("path", type=Path, help="a model folder or a model repository")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
+    add_reference_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -38,12 +41,19 @@ def run(args: argparse.Namespace) -> int:
     except NotAModelOrRepositoryError as exc:
         print(f"conch validate: {exc}", file=sys.stderr)
         return 2
+    if args.reference is not None and folders != [args.path]:
+        print("conch validate: --reference takes one model folder, not a repository", file=sys.stderr)
+        return 2
     findings = []
     with Steps(len(folders), suffix="…", label=f"conch validate {args.path}") as steps:
         for folder in folders:
             steps.step(folder.name)
             findings += validate_model(folder, steps.step)
             steps.advance()
+    if args.reference is not None:
+        code = _record_reference(args)
+        if code:
+            return code
     models = [folder.name for folder in folders]
     if args.json:
         print(as_json(models, findings))
@@ -52,6 +62,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(as_table(models, findings))
     return 1 if any(finding.is_error for finding in findings) else 0
+
+
+def _record_reference(args: argparse.Namespace) -> int:
+    """``--reference``: record the highest version's expected agreement; its line goes to stderr, so
+    that ``--json`` keeps stdout for the findings."""
+    from conch.validation.expected_agreement import ReferenceError
+
+    try:
+        print(record_reference(args.path, None, args.reference), file=sys.stderr)
+    except ReferenceError as exc:
+        print(f"conch validate: --reference: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _print_rich_table(models: list[str], findings: list[Finding]) -> None:

@@ -34,6 +34,7 @@ from conch.exporting.errors import ConfigRewrittenWarning, ExportError
 from conch.exporting.model_config import ConfigPlan, config_text, plan_config
 from conch.exporting.samples import graph_feeds
 from conch.exporting.staging import Staging
+from conch.exporting.text_classifier import export_text_classifier, is_text_classifier
 from conch.exporting.warmup_files import add_warmup
 from conch.packaging.archive import PackageError, check_model_name
 from conch.packaging.metadata import (
@@ -65,6 +66,7 @@ def export(
     version: int | None = None,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     metadata: Mapping[str, Any] | None = None,
+    reference: Any = None,
 ) -> Path:
     """Export ``model`` to ``<repository>/<name>/<version>/`` and return that folder.
 
@@ -74,12 +76,18 @@ def export(
     plus one. ``metadata`` may hold ``training_data_version``; the rest is kept in
     ``metadata.json``'s ``extra``. Raises :class:`ExportError` (nothing written) when the model
     cannot be exported or its ONNX form disagrees with it on the sample.
+
+    ``reference``, a few hundred real rows (a DataFrame, an array, or a .csv/.parquet/.npy/.npz path),
+    measures how often the new version agrees with the version before it and records it for the
+    release gate (:mod:`conch.validation.expected_agreement`).
     """
     _check_arguments(name, version, max_batch_size)
     described = _split_metadata(metadata)
     repository = Path(repository)
     model_dir = repository / name
     number = _version_number(model_dir, version)
+    if is_text_classifier(model):
+        return export_text_classifier(model, sample, model_dir, number, max_batch_size, described)
     log.info("converting %s to ONNX", type(model).__name__)
     conversion = convert(model, sample)
     repository.mkdir(parents=True, exist_ok=True)
@@ -104,7 +112,31 @@ def export(
     finally:
         staging.discard()
     log.info("exported '%s' version %d to %s", name, number, model_dir / str(number))
+    if reference is not None:
+        _record_expected_agreement(model_dir, number, reference)
     return model_dir / str(number)
+
+
+def _record_expected_agreement(model_dir: Path, number: int, reference: Any) -> None:
+    from conch.validation.expected_agreement import ReferenceError, record_expected_agreement
+
+    log.info("comparing version %d with the version before it on the reference rows", number)
+    try:
+        expected = record_expected_agreement(model_dir, number, reference)
+    except ReferenceError as exc:
+        raise ExportError(
+            f"version {number} was exported, but its expected agreement was not recorded: {exc}; record it "
+            f"with conch validate {model_dir} --reference FILE"
+        ) from None
+    if expected is not None:
+        log.info(
+            "expected agreement with version %d: %.4f [%.4f, %.4f] on %d rows",
+            expected.against_version,
+            expected.value,
+            expected.lower,
+            expected.upper,
+            expected.rows,
+        )
 
 
 def _check_arguments(name: str, version: int | None, max_batch_size: int) -> None:

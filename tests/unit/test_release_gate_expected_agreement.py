@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from sklearn.linear_model import LogisticRegression
 
+from conch.cli.main import main
 from conch.exporting import export
 from conch.release.expected_agreement import (
     AGREEMENT_MARGIN,
@@ -94,3 +95,35 @@ def test_wilson_interval_and_a_malformed_record_reads_as_none() -> None:
         is None
     )
     assert ExpectedAgreement.from_json("0.99") is None
+
+
+def test_validate_and_package_take_a_reference_file(repository: Path, tmp_path: Path) -> None:
+    reference = tmp_path / "reference.csv"
+    frame(300, 4).to_csv(reference, index=False)
+    model_dir = repository / "scored"
+    assert main(["validate", str(model_dir), "--reference", str(reference)]) == 0
+    expected = read_expected(model_dir / "2")
+    assert expected is not None and expected.rows == 300
+    package = tmp_path / "scored.tar.gz"
+    args = [
+        "package",
+        str(model_dir),
+        "--version",
+        "1.1.0",
+        "-o",
+        str(package),
+        "--reference",
+        str(reference),
+    ]
+    assert main(args) == 0 and package.is_file()
+    assert main(["validate", str(repository), "--reference", str(reference)]) == 2, "one model folder only"
+
+
+def test_export_takes_a_reference_and_records_against_the_version_before(tmp_path: Path) -> None:
+    train = frame(1000, 5)
+    first = LogisticRegression().fit(train, labels(train))
+    export(first, train.head(8), repository=tmp_path, name="m")
+    second = LogisticRegression(C=0.05).fit(train, labels(train))
+    version_dir = export(second, train.head(8), repository=tmp_path, name="m", reference=frame(250, 6))
+    expected = read_expected(version_dir)
+    assert expected is not None and (expected.against_version, expected.rows) == (1, 250)
