@@ -17,6 +17,7 @@ import asyncio
 import importlib.util
 import inspect
 import itertools
+import json
 import os
 import queue
 import re
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import conch_ipc
-import numpy as np
+import pb_responses
 import triton_python_backend_utils as pb_utils
+from output_check import OutputRules
 
 # Paths in an exception's message stay in the model's process; the client gets "<path>". The
 # protocol's own routes (/v2/models/...) are addresses, not paths, and stay.
@@ -57,6 +59,8 @@ class Runtime:
         self._cancelled: set[int] = set()
         self._senders: set[int] = set()
         self.lock = threading.Lock()
+        #: What the model's outputs must be (set by ``initialize``, from the completed config).
+        self.outputs: OutputRules | None = None
 
     # Called from pb_utils ----------------------------------------------------------------------
 
@@ -64,7 +68,7 @@ class Runtime:
         self, request: pb_utils.InferenceRequest, decoupled: bool, call: pb_utils.BlsCall | None = None
     ) -> pb_utils.BlsCall:
         call = call or pb_utils.BlsCall(decoupled)
-        tensors = [(t.name(), _array_of(t)) for t in request.inputs()]
+        tensors = [(t.name(), pb_responses.array_of(t)) for t in request.inputs()]
         segment, refs = self.pool.write(tensors)
         with self.lock:
             bls_id = next(self._bls_ids)
@@ -134,51 +138,14 @@ class Runtime:
 
     # Encoding ----------------------------------------------------------------------------------
 
-    def encode_responses(self, responses: list[pb_utils.InferenceResponse | None]) -> dict[str, Any]:
-        """One segment for every output of ``responses``; errors and tensor references per response."""
-        tensors: list[tuple[str, np.ndarray]] = []
-        shapes: list[Any] = []
-        for response in responses:
-            if response is None:
-                shapes.append(None)
-                continue
-            if not isinstance(response, pb_utils.InferenceResponse):
-                raise TypeError(
-                    f"execute returned {type(response).__name__} where an InferenceResponse belongs"
-                )
-            error = response.error()
-            if error is not None:
-                # The model chose this message for its client: it goes as it is, as in Triton.
-                shapes.append({"error": (error.message(), error.code())})
-                continue
-            outputs = [(t.name(), _array_of(t)) for t in response.output_tensors()]
-            shapes.append({"first": len(tensors), "count": len(outputs), "parameters": response.parameters()})
-            tensors += outputs
-        segment, refs = self.pool.write(tensors)
-        encoded = []
-        for shape in shapes:
-            if shape is None or "error" in shape:
-                encoded.append(shape)
-            else:
-                first = shape["first"]
-                encoded.append(
-                    {"outputs": refs[first : first + shape["count"]], "parameters": shape["parameters"]}
-                )
-        return {"segment": segment, "responses": encoded}
+    def encode_responses(
+        self, responses: list[pb_utils.InferenceResponse | None], batches: list[int | None] | None = None
+    ) -> dict[str, Any]:
+        """One segment for every output of ``responses`` (see :func:`pb_responses.encode`)."""
+        return pb_responses.encode(self.pool, responses, self.outputs, batches, self.log)
 
     def decode_response(self, entry: dict[str, Any]) -> pb_utils.InferenceResponse:
-        if entry.get("error"):
-            message, code = entry["error"]
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
-        refs = map(conch_ipc.as_ref, entry.get("outputs", []))
-        outputs = [pb_utils.Tensor(ref.name, self.segments.copy(ref)) for ref in refs]
-        return pb_utils.InferenceResponse(output_tensors=outputs, parameters=entry.get("parameters"))
-
-
-def _array_of(tensor: Any) -> np.ndarray:
-    if not isinstance(tensor, pb_utils.Tensor):
-        raise TypeError(f"expected pb_utils.Tensor, got {type(tensor).__name__}")
-    return tensor.as_numpy()
+        return pb_responses.decode(self.segments, entry)
 
 
 class Stub:
@@ -255,6 +222,7 @@ class Stub:
     def initialize(self, message: dict[str, Any]) -> None:
         self.decoupled = bool(message.get("decoupled"))
         try:
+            self.runtime.outputs = OutputRules(json.loads(message["args"]["model_config"]))
             self.model = self.model_class()
             if hasattr(self.model, "initialize"):
                 result = self.model.initialize(message["args"])
@@ -304,6 +272,7 @@ class Stub:
                 parameters=entry["parameters"],
             )
             request._key = entry["key"]
+            request._batch = self.runtime.outputs.batch_of(entry["inputs"]) if self.runtime.outputs else None
             requests.append(request)
         if keep and message.get("segment"):
             self.runtime.channel.send({"op": "release", "segment": message["segment"]})
@@ -339,7 +308,7 @@ class Stub:
                 f"execute got {len(requests)} request(s) and returned {len(returned)} response(s); "
                 "return one InferenceResponse per request"
             )
-        return self.runtime.encode_responses(list(returned))
+        return self.runtime.encode_responses(list(returned), [r._batch for r in requests])
 
     def finalize(self, message: dict[str, Any]) -> None:
         try:

@@ -141,6 +141,7 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._trace = trace
         self._key: int | None = None  # set for requests the server sent to this model
+        self._batch: int | None = None  # their batch size, for the output check
         self._sender: InferenceResponseSender | None = None
 
     def inputs(self) -> list[Tensor]:
