@@ -1,0 +1,132 @@
+"""A transformer text classifier from a notebook's pipeline to a served model that takes raw text.
+
+A tiny random BERT with a WordPiece tokenizer of BERT's class (tests/fixtures/text_classifiers.py,
+nothing downloads) is exported with ``conch.export``, passes ``conch validate``'s checks, is served by
+a real ``conch serve`` and answers over HTTP and gRPC as the notebook's pipeline does: texts of any
+length in one batch (padded, the long one truncated), accents, capitals, emoji and the empty string.
+Text that is not UTF-8 is a 400 naming the input (docs/export.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conch.exporting import export
+from conch.exporting.errors import ExportError
+from conch.packaging.metadata import read_metadata
+from conch.validation import validate_model
+from tests.fixtures.text_classifiers import CORPUS, LABELS, MAX_LENGTH, review_pipeline
+from tests.integration.server_process import ServerProcess
+
+CLIENTS = {"http": httpclient, "grpc": grpcclient}
+TEXTS = [
+    "The film was WONDERFUL",
+    "ÉCOLE Naïve café crème",
+    "I loved it 😀 but the ending 😡",
+    "",
+    "a dull film " * 40,
+    "un scénario ennuyeux",
+]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    folder = tmp_path_factory.mktemp("reviews")
+    pipeline = review_pipeline(folder)
+    version_dir = export(pipeline, CORPUS[:4], repository=folder / "repository", name="reviews")
+    return version_dir, pipeline
+
+
+@pytest.fixture(scope="module")
+def server(start_server: Callable[..., ServerProcess], exported: tuple[Path, Any]) -> ServerProcess:
+    return start_server(exported[0].parent.parent)
+
+
+def client_for(protocol: str, server: ServerProcess) -> Any:
+    module = CLIENTS[protocol]
+    return module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+
+
+def text_input(protocol: str, values: list[bytes]) -> Any:
+    array = np.array([[value] for value in values], dtype=object)
+    tensor = CLIENTS[protocol].InferInput("text", list(array.shape), "BYTES")
+    if protocol == "http":
+        tensor.set_data_from_numpy(array, binary_data=True)
+    else:
+        tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def test_the_version_folder_holds_tokenizer_encoder_and_runner(exported: tuple[Path, Any]) -> None:
+    version_dir, _ = exported
+    assert {"model.py", "tokenizer.json", "classifier.onnx", "text_classifier.json"} <= {
+        path.name for path in version_dir.iterdir()
+    }
+    settings = json.loads((version_dir / "text_classifier.json").read_text())
+    assert settings["max_length"] == MAX_LENGTH and settings["labels"] == list(LABELS)
+    assert settings["encoder_inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
+    metadata = read_metadata(version_dir)
+    assert metadata.framework["name"] == "transformers"
+    assert [(t.name, t.datatype, t.shape) for t in metadata.inputs] == [("text", "BYTES", [-1, 1])]
+    assert [finding for finding in validate_model(version_dir.parent) if finding.is_error] == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_raw_text_answers_as_the_pipeline(
+    server: ServerProcess, exported: tuple[Path, Any], protocol: str
+) -> None:
+    _, pipeline = exported
+
+    result = client_for(protocol, server).infer(
+        "reviews", [text_input(protocol, [t.encode() for t in TEXTS])]
+    )
+
+    answers = pipeline(TEXTS, top_k=None, truncation=True)
+    expected = np.array(
+        [[next(a["score"] for a in answer if a["label"] == label) for label in LABELS] for answer in answers]
+    )
+    np.testing.assert_allclose(result.as_numpy("probabilities"), expected, atol=1e-5)
+    served_labels = [value.decode() for value in result.as_numpy("label").ravel()]
+    assert served_labels == [max(answer, key=lambda a: a["score"])["label"] for answer in answers]
+    assert result.as_numpy("logits").shape == (len(TEXTS), len(LABELS))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_text_alone_answers_as_in_a_padded_batch(server: ServerProcess, protocol: str) -> None:
+    client = client_for(protocol, server)
+    batch = client.infer("reviews", [text_input(protocol, [t.encode() for t in TEXTS])]).as_numpy("logits")
+
+    alone = [
+        client.infer("reviews", [text_input(protocol, [t.encode()])]).as_numpy("logits")[0] for t in TEXTS
+    ]
+
+    np.testing.assert_allclose(np.array(alone), batch, atol=1e-5)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_text_that_is_not_utf8_is_a_400_naming_the_input(server: ServerProcess, protocol: str) -> None:
+    client = client_for(protocol, server)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("reviews", [text_input(protocol, [b"fine", b"caf\xe9 latin-1"])])
+
+    assert "input 'text': element 1 is not valid UTF-8" in refused.value.message()
+    status = refused.value.status()
+    assert status in ("400", "StatusCode.INVALID_ARGUMENT"), status
+    still = client.infer("reviews", [text_input(protocol, [b"still serving"])])
+    assert still.as_numpy("label").shape == (1, 1)
+
+
+def test_a_sample_of_numbers_is_refused(exported: tuple[Path, Any], tmp_path: Path) -> None:
+    _, pipeline = exported
+    with pytest.raises(ExportError, match="a text classifier's sample is a few texts"):
+        export(pipeline, np.arange(6).reshape(3, 2), repository=tmp_path, name="reviews")
+    assert list(tmp_path.iterdir()) == []
