@@ -72,6 +72,9 @@ def _one_space_per_run(graph: onnx.GraphProto, tokenizer: onnx.NodeProto) -> Non
     tokens = tokenizer.output[0]
     raw, run, space = _name("raw_tokens"), _name("white_run"), _name("space")
     _retarget(graph, tokens, raw)
+    # The tokenizer is a com.microsoft operator that onnx's shape inference cannot see through, and
+    # onnx's RegexFullMatch inference crashes on an input of unknown type: declare it.
+    graph.value_info.append(helper.make_tensor_value_info(raw, TensorProto.STRING, None))
     _insert_after(
         graph,
         tokenizer,
