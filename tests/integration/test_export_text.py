@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -219,7 +218,7 @@ BAD_INPUTS = {
 def test_bad_input_is_a_400_naming_the_input(
     served: tuple[ServerProcess, dict[str, tuple[Any, Any, Any]], dict[str, float]], case: str, protocol: str
 ) -> None:
-    server, models, _ = served
+    server, _, _ = served
     model, arrays, input_name = BAD_INPUTS[case]
 
     with pytest.raises(InferenceServerException) as raised:
@@ -228,5 +227,5 @@ def test_bad_input_is_a_400_naming_the_input(
     assert str(raised.value.status()) in ("400", "StatusCode.INVALID_ARGUMENT")
     assert f"'{input_name}'" in raised.value.message()
     assert "Traceback" not in raised.value.message()
-    good = call(protocol, server, "reviews", feeds("reviews", ["still up"]))
-    assert good.as_numpy("label").shape == (1,) or good.as_numpy("label").size == 1
+    still_up = call(protocol, server, "reviews", feeds("reviews", ["still up"]))
+    assert still_up.as_numpy("label").size == 1
