@@ -23,12 +23,25 @@ INFER_BODY = json.dumps(
 ).encode()
 
 
+#: A model's own limit: 10 requests a second after a burst of 1, so a bucket refills every 0.1 s.
+STEADY = """
+parameters [
+  { key: "client_rate_limit" value: { string_value: "10" } },
+  { key: "client_burst" value: { string_value: "1" } }
+]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(
     start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
     repository = write_repository(
-        tmp_path_factory.mktemp("limits") / "models", {"iris": (identity_model(TensorProto.FLOAT), None)}
+        tmp_path_factory.mktemp("limits") / "models",
+        {
+            "iris": (identity_model(TensorProto.FLOAT), None),
+            "steady": (identity_model(TensorProto.FLOAT), STEADY),
+        },
     )
     return start_server(
         repository,
@@ -135,3 +148,20 @@ class TritonPythonModel:
         inputs = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", each)]) for each in inputs]
 """
+
+
+def test_one_client_sending_past_many_refills_gets_the_rate_and_no_more(server: ServerProcess) -> None:
+    """Requests one after another for 2 s: about 20 refill periods of the model's bucket. (Last: its
+    refusals would change the counts the test above reads.)"""
+    statuses: list[int] = []
+    began = time.monotonic()
+    while time.monotonic() - began < 2.0 and len(statuses) < 2000:
+        reply = server.request("POST", "/v2/models/steady/infer", INFER_BODY, {"x-client-id": "steady"})
+        statuses.append(reply.status)
+    elapsed = time.monotonic() - began
+
+    allowed = statuses.count(200)
+    assert set(statuses) == {200, 429}
+    assert len(statuses) > 3 * (1 + 10 * elapsed), "the client did not send past the rate: nothing judged"
+    # The burst, then 10 a second over the time the server saw: a request's own trip aside, within 3.
+    assert abs(allowed - (1 + 10 * elapsed)) <= 3, (allowed, elapsed, len(statuses))
