@@ -139,8 +139,10 @@ def run_release(case: Case, seed: int, root: Path) -> Outcome:
     controller.start(MODEL, spec_from_dict({"candidate": 2, "baseline": 1, "steps": STEPS}))
     held = controller.releases[MODEL]
     started = clock.now
+    decisive = None
     answers = {1: 0, 2: 0}
-    while held.release.state.active and clock.now - started < MAX_S:
+    # A paused release waits for a person: that is the gate's decision, as a rollback or a promotion is.
+    while held.release.state.value in ("pending", "progressing") and clock.now - started < MAX_S:
         weight = held.release.weights()[2] / 100
         shadow = held.release.shadow
         load = math.exp(rng.normal(0, LOAD_SIGMA))
@@ -156,10 +158,16 @@ def run_release(case: Case, seed: int, root: Path) -> Outcome:
                 controller.record_comparison(MODEL, _comparison(rng, case))
             del offset
         clock.now += 1.0
+        before = (held.release.step, held.last_judgement)
         controller.check()
+        step = held.release.current_step
+        if before[0] != held.release.step and step is not None and step.weight == 100:
+            decisive = before[1]  # the last judged step's judgement when it let the candidate through
     release = held.release
     last = release.history[-1]
     judgement = held.last_judgement or held.tracker.last_failure
+    if release.state.value == "promoted":
+        judgement = decisive
     return Outcome(
         case.name,
         release.state.value,
@@ -198,6 +206,13 @@ def _comparison(rng: np.random.Generator, case: Case) -> Comparison:
     return Comparison(agreed=False, drift=float(rng.uniform(low, high)), disagreeing=("label",))
 
 
+def _check_line(check: dict[str, Any]) -> str:
+    value = "no data" if check["value"] is None else f"{check['value']:.4g}"
+    if check["lower"] is not None and check["upper"] is not None:
+        value += f" [{check['lower']:.4g}, {check['upper']:.4g}]"
+    return f"{check['name']} {value} (limit {check['limit']:g}): {check['outcome']}"
+
+
 def right_way(case: Case, outcome: Outcome) -> bool:
     """Whether the release ended as it should; a shuffled-label candidate must also be rolled back in
     step 1 with fewer than 100 answers to clients."""
@@ -212,38 +227,46 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="releases per case (default 20)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the JSON goes")
+    parser.add_argument(
+        "--cases", nargs="+", choices=[case.name for case in CASES], help="the cases to run (default: all)"
+    )
     args = parser.parse_args(argv)
     import tempfile
 
     results: dict[str, Any] = {"runs": args.runs, "cases": {}}
+    lines: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
-        for case in CASES:
+        for case in (c for c in CASES if args.cases is None or c.name in args.cases):
             outcomes = [run_release(case, seed, Path(scratch)) for seed in range(args.runs)]
             good = sum(right_way(case, o) for o in outcomes)
-            states = {s: sum(o.state == s for o in outcomes) for s in {o.state for o in outcomes}}
-            first = outcomes[0]
-            print(
-                f"{case.name:16s} right way {good}/{len(outcomes)}  states {states}  "
-                f"decision at {np.median([o.decided_s for o in outcomes]):.0f}s median "
-                f"(worst {max(o.decided_s for o in outcomes):.0f}s)"
+            states = {s: sum(o.state == s for o in outcomes) for s in sorted({o.state for o in outcomes})}
+            decided = [o.decided_s for o in outcomes]
+            answered = [o.candidate_answers for o in outcomes]
+            lines.append(
+                f"{case.name}: right way {good}/{len(outcomes)}, states {states}; decision at "
+                f"{np.median(decided):.0f} s median (worst {max(decided):.0f} s), candidate answers to "
+                f"clients by then {np.median(answered):.0f} median (worst {max(answered)})"
             )
-            print(
-                f"  run 0: {first.state} at {first.decided_s:.0f}s, step {first.step}, candidate "
-                f"{first.candidate_answers} of {first.client_answers} answers "
+            first = outcomes[0]
+            lines.append(
+                f"  run 0: {first.state} at {first.decided_s:.0f} s, step {first.step}, candidate "
+                f"{first.candidate_answers} of {first.client_answers} client answers "
                 f"({first.candidate_share:.1%}); {first.reason}"
             )
-            for check in first.checks:
-                print(f"    {check}")
+            lines.extend(f"    {_check_line(check)}" for check in first.checks)
+            print("\n".join(lines[-2 - len(first.checks) :]))
             results["cases"][case.name] = {
                 "right_way": good,
                 "states": states,
-                "decided_s": [o.decided_s for o in outcomes],
-                "candidate_answers": [o.candidate_answers for o in outcomes],
+                "decided_s": decided,
+                "candidate_answers": answered,
                 "run0": first.__dict__ | {"candidate_share": first.candidate_share},
             }
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stamp}-release-gate-cases.json").write_text(json.dumps(results, indent=1) + "\n")
+    summary = [f"# bench.release_gate_cases, {args.runs} simulated releases a case ({stamp} UTC)", "", "```"]
+    (args.out / f"{stamp}-release-gate-cases.md").write_text("\n".join([*summary, *lines, "```", ""]))
     return 0 if all(c["right_way"] == args.runs for c in results["cases"].values()) else 1
 
 
