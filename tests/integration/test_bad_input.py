@@ -192,6 +192,8 @@ HTTP_CASES = [
         "INPUT0",
     ),
     binary_case("binary-data-shorter-than-shape", 12, FOUR_FLOATS.tobytes()[:12], "INPUT0"),
+    # Longer than its shape, the body agreeing with binary_data_size: refused, never cut to the shape.
+    binary_case("binary-data-longer-than-shape", 20, FOUR_FLOATS.tobytes() + bytes(4), "input 'INPUT0'"),
     binary_case("binary-data-size-past-the-body", 16, FOUR_FLOATS.tobytes()[:8], "binary_data_size"),
     binary_case(
         "binary-data-size-short-of-the-body", 16, FOUR_FLOATS.tobytes() + bytes(4), "binary_data_size"
