@@ -80,9 +80,10 @@ def likely_causes(model: Any, frame: Any) -> Callable[[list[int]], list[str]]:
         for column, missing_rows in missing.items():
             involved = sorted(set(rows) & set(missing_rows))
             if involved:
+                partly = "" if len(involved) == len(rows) else " (not in the other rows: not all of it)"
                 causes.append(
-                    f"column '{column}' holds a missing text value in row(s) {involved[:10]}: the served "
-                    f"model receives it as the empty string; fill it before fitting, e.g. "
+                    f"column '{column}' holds a missing text value in row(s) {involved[:10]}{partly}: the "
+                    f"served model receives it as the empty string; fill it before fitting, e.g. "
                     f"frame['{column}'].fillna('missing'), or impute it with SimpleImputer in the pipeline"
                 )
         for column in missing.keys() | {c for c, values in known.items() if any(map(is_missing, values))}:

@@ -51,7 +51,7 @@ def customers(rng: np.random.Generator, rows: int) -> pd.DataFrame:
             "review": texts(rng, rows),
             "city": rng.choice(np.array(["Paris", "Lyon", "Nice", "Évry", None], dtype=object), rows),
             "member": rng.random(rows) < 0.5,
-            "age": np.where(rng.random(rows) < 0.15, np.nan, rng.normal(40, 10, rows)),
+            "age": np.where(rng.random(rows) < 0.15, np.nan, rng.normal(40, 10, rows).round()),
             "visits": rng.integers(0, 9, rows),
         }
     )
