@@ -99,7 +99,7 @@ class HttpFrontend:
                 admitted = self._admit(scope)
             except ConchError as exc:
                 status, body, headers = refusal(exc)
-                await self._send(send, status, body, await self._unread_body(scope, tracked, headers))
+                await self._send(send, status, body, await self._unread_body(scope, tracked, status, headers))
                 return
         if scope["path"].endswith("/generate_stream"):
             await self._generate_stream(scope, receive, send)
@@ -113,16 +113,17 @@ class HttpFrontend:
             status, body, headers = error_reply(ErrorKind.INTERNAL.http_status, "internal server error")
         if admitted:
             headers.extend(admitted)
-        await self._send(send, status, body, await self._unread_body(scope, tracked, headers))
+        await self._send(send, status, body, await self._unread_body(scope, tracked, status, headers))
 
     async def _unread_body(
-        self, scope: Scope, tracked: TrackedReceive, headers: list[tuple[bytes, bytes]]
+        self, scope: Scope, tracked: TrackedReceive, status: int, headers: list[tuple[bytes, bytes]]
     ) -> list[tuple[bytes, bytes]]:
         """``headers``, after reading off what the answer left of the request body (see
         :mod:`conch.frontends.http.unread_body`), with ``Connection: close`` where it was too large."""
         if tracked.finished:
             return headers
-        if not worth_draining(scope, tracked) or not await tracked.drain(min(self.max_body_bytes, DRAIN_CAP)):
+        drained = status != ErrorKind.TOO_LARGE.http_status and worth_draining(scope, tracked)
+        if not drained or not await tracked.drain(min(self.max_body_bytes, DRAIN_CAP)):
             headers.append(CLOSE_HEADER)
         return headers
 
@@ -229,7 +230,7 @@ class HttpFrontend:
             return get_json(method, lambda: self.server.model_metadata(name, version))
         if action == "ready":
             require(method, "GET")
-            ready = self.server.model_ready(name, version)
+            ready = await self.server.model_ready(name, version)
             return (200, b"", []) if ready else error_reply(_NOT_READY, f"model '{name}' is not ready")
         if action == "config":
             return get_json(method, lambda: self.server.model_config(name, version))

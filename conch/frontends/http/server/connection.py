@@ -155,7 +155,7 @@ class HttpConnection(asyncio.Protocol):
         self.write_paused = False
         self._release_drain()
         self._update_reading()
-        if self.answering is None and self.waiting and not self.refused:
+        if self.answering is None and self.waiting and not self.transport.is_closing():
             self._next()
 
     def _release_drain(self) -> None:
@@ -291,7 +291,7 @@ class HttpConnection(asyncio.Protocol):
         if exchange is not self.answering or self.transport.is_closing():
             return
         self.answering = None
-        if self._pending_refusal is not None:  # a later request was refused while this one was answered
+        if self._pending_refusal is not None and not self.waiting:  # a later request was refused
             self._send_refusal(*self._pending_refusal)
         elif not exchange.body_complete:
             self._linger_close()  # a body still arriving after its answer is not read on (module doc)
@@ -307,7 +307,7 @@ class HttpConnection(asyncio.Protocol):
                 self.since = self.loop.time()  # idle from now
         elif not self.write_paused:
             self._start(self.waiting.popleft())
-            if not self.waiting:
+            if not self.waiting and not self.refused:
                 self._hold_for_queue(False)
 
     def _hold_for_queue(self, hold: bool) -> None:
@@ -343,17 +343,16 @@ class HttpConnection(asyncio.Protocol):
 
     def refuse(self, status: int, message: str) -> None:
         """Answers ``status`` with ``message`` and closes the connection, after a lingering read. The
-        request being read, and those waiting, never run; an answer being made for an earlier one is
-        sent first."""
+        request being read never runs; those before it, complete, are answered first."""
         if self.refused:
             return
         self._stop_reading_requests()
         parsing, answering = self.parsing, self.answering
-        for exchange in (parsing, *self.waiting):
-            if exchange is not None:
-                exchange.lose()
-        self.waiting.clear()
         self.parsing = None
+        if parsing is not None:
+            parsing.lose()
+            if parsing in self.waiting:
+                self.waiting.remove(parsing)
         if answering is not None and answering is parsing:
             self.answering = None
             if answering.head_sent:
