@@ -130,3 +130,33 @@ def test_a_sample_of_numbers_is_refused(exported: tuple[Path, Any], tmp_path: Pa
     with pytest.raises(ExportError, match="a text classifier's sample is a few texts"):
         export(pipeline, np.arange(6).reshape(3, 2), repository=tmp_path, name="reviews")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def distilbert(
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[ServerProcess, Any]:
+    folder = tmp_path_factory.mktemp("distilbert")
+    pipeline = review_pipeline(folder, seed=1, architecture="distilbert")
+    version_dir = export(pipeline, CORPUS[4:8], repository=folder / "repository", name="reviews")
+    settings = json.loads((version_dir / "text_classifier.json").read_text())
+    assert settings["encoder_inputs"] == ["input_ids", "attention_mask"]
+    return start_server(folder / "repository"), pipeline
+
+
+@pytest.mark.model_matrix
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_distilbert_answers_as_the_pipeline(distilbert: tuple[ServerProcess, Any], protocol: str) -> None:
+    server, pipeline = distilbert
+
+    result = client_for(protocol, server).infer(
+        "reviews", [text_input(protocol, [t.encode() for t in TEXTS])]
+    )
+
+    answers = pipeline(TEXTS, top_k=None, truncation=True)
+    served_labels = [value.decode() for value in result.as_numpy("label").ravel()]
+    assert served_labels == [max(answer, key=lambda a: a["score"])["label"] for answer in answers]
+    expected = [
+        [next(a["score"] for a in answer if a["label"] == label) for label in LABELS] for answer in answers
+    ]
+    np.testing.assert_allclose(result.as_numpy("probabilities"), np.array(expected), atol=1e-5)
