@@ -187,12 +187,15 @@ class InferenceServer:
         live = tracing.live_settings
         return live.settings(model) if changes is None else live.update(changes, model)
 
-    def model_ready(self, name: str, version: str = "") -> bool:
-        """Whether the version (or, with no version, any version) is READY; unknown names are a 404."""
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether the version (or, with no version, any version) is READY and, for a model with its
+        own readiness (a Python model's ``is_ready()``), says it is ready; unknown names are a 404."""
         model = self.repository.model(name)
-        if not version:
-            return bool(model.ready_versions)
-        return model.version(version).ready
+        versions = model.ready_versions if not version else [model.version(version)]
+        for served in versions:
+            if served.ready and (served.reported_readiness is None or (await served.reported_readiness())[0]):
+                return True
+        return False
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         """Name, ready versions, platform and tensors, with -1 for the batch dimension."""

@@ -12,7 +12,8 @@ One evaluation:
   probe timeout. The probes run concurrently, so an evaluation lasts about one timeout at most;
 - host memory (``psutil``) and, when NVML answers, each GPU's memory, against their ratios.
 
-A model with no READY version is reported as ``not_ready`` and does not fail it: readiness already
+A model with no READY version, or one whose own ``is_ready()`` says no (a Python model's, cached as
+model readiness caches it), is reported as ``not_ready`` and does not fail it: readiness already
 says that, and one broken model must not make a balancer drop a server that serves the others. An
 ensemble is not probed: its steps' models are, and its probe would be requests to them.
 
@@ -35,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 import psutil
@@ -46,6 +47,7 @@ from conch.core import datatypes
 from conch.core.errors import ConchError, InternalError
 from conch.core.request_validation import validate_request
 from conch.core.types import InferenceRequest, Tensor
+from conch.lifecycle.shared_result import SharedResult
 from conch.observability.host_metrics import _open_gpus, pynvml
 from conch.repository.model import ModelVersion
 from conch.repository.warmup import warmup_samples, zero_sample
@@ -53,8 +55,6 @@ from conch.scheduling.scheduler import ScheduledRequest
 from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,8 @@ class ProbeReading:
     seconds: float = 0.0
     error: str = ""  # empty: it answered
     timed_out: bool = False
+    #: Why the model says it is not ready (its ``is_ready()``); then it is not probed.
+    not_ready: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,8 @@ def _judge_probe(probe: ProbeReading, settings: DeepHealthSettings) -> Check:
         detail = "no READY version; not probed (the repository index gives the reason)"
         return Check(f"model:{probe.model}", Status.NOT_READY, detail)
     name = f"model:{probe.model}/{probe.version}"
+    if probe.not_ready:
+        return Check(name, Status.NOT_READY, f"the model reports itself not ready: {probe.not_ready}")
     if probe.timed_out:
         detail = f"no answer within {settings.probe_timeout_ms} ms"
         return Check(name, Status.FAIL, detail, probe.seconds)
@@ -202,38 +206,6 @@ class Evaluation:
             "seconds": round(self.seconds, 6),
             "checks": [check.to_json() for check in self.checks],
         }
-
-
-class SharedResult(Generic[T]):
-    """At most one ``produce()`` in flight, its result reused for ``ttl_s`` seconds after it finished.
-
-    Callers arriving meanwhile await the same task, shielded: a caller that gives up (a client that
-    hangs up) does not cancel the evaluation the others wait for. A failure is not kept.
-    """
-
-    def __init__(
-        self, produce: Callable[[], Awaitable[T]], ttl_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._produce = produce
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._kept: tuple[float, T] | None = None
-        self._running: asyncio.Future[T] | None = None
-
-    async def get(self) -> T:
-        if self._kept is not None and self._clock() - self._kept[0] < self._ttl_s:
-            return self._kept[1]
-        if self._running is None:
-            self._running = asyncio.ensure_future(self._run())
-        return await asyncio.shield(self._running)
-
-    async def _run(self) -> T:
-        try:
-            result = await self._produce()
-            self._kept = (self._clock(), result)
-            return result
-        finally:
-            self._running = None
 
 
 class DeepHealth:
@@ -284,6 +256,12 @@ class DeepHealth:
         return probes
 
     async def _probe(self, version: ModelVersion, model_dir: Path) -> ProbeReading:
+        if version.reported_readiness is not None:
+            ready, why = await version.reported_readiness()
+            if not ready:
+                return ProbeReading(
+                    version.name, version.version, not_ready=why or "is_ready() returned False"
+                )
         started = time.perf_counter()
         timeout_s = self.settings.probe_timeout_ms / 1000
         try:

@@ -4,7 +4,9 @@ A version is READY once every instance's process imported ``model.py`` and ran `
 first instance's process also runs the model's ``auto_complete_config`` (when it has one), and the
 completed config is what every instance initializes with and what the server validates requests
 against. When an instance's process dies, it is restarted here with the backoff of
-:mod:`conch.backends.python.restarts`, and the version's index entry says so.
+:mod:`conch.backends.python.restarts`, and the version's index entry says so. A model whose class
+defines ``is_ready()`` also reports its own readiness: every instance is asked, and the answer is
+shared for :data:`READINESS_CACHE_S` by model readiness and deep health.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from conch.backends.python.instance import Inference, InferenceStream, InstanceS
 from conch.backends.python.process import ProcessSettings
 from conch.backends.python.restarts import RestartPolicy
 from conch.core.errors import ConchError, InvalidArgumentError, NotFoundError
+from conch.lifecycle.shared_result import SharedResult
 from conch.observability.events import emit
 from conch.repository import config_validation
 from conch.repository.config import config_to_json
@@ -33,6 +36,10 @@ from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 
 log = logging.getLogger(__name__)
+
+#: How long a model's ``is_ready()`` answer stands for model readiness and deep health: a flood of
+#: probes makes at most one call into each instance's process per second.
+READINESS_CACHE_S = 1.0
 
 
 @dataclass
@@ -92,6 +99,8 @@ class PythonModelBuilder:
                 instance.stop()
             raise
         version.decoupled = config.model_transaction_policy.decoupled
+        if any(instance.readiness is not None for instance in instances):
+            version.reported_readiness = SharedResult(lambda: _readiness_of(instances), READINESS_CACHE_S).get
         pool = InstancePool(list(instances), f"{folder.name}-{version.version}")
         version.scheduler = create_scheduler(config, pool, version.statistics)
         supervisor = _Supervisor(version, pool)
@@ -99,6 +108,15 @@ class PythonModelBuilder:
             instance.on_exit = supervisor.died
             if self.settings.loop is not None:
                 self.settings.loop.call_soon_threadsafe(instance.attach)
+
+
+async def _readiness_of(instances: list[PythonInstance]) -> tuple[bool, str]:
+    """Ready when every instance's ``is_ready()`` says so (asked together); else the first reason."""
+    answers = await asyncio.gather(*(instance.is_ready() for instance in instances))
+    for instance, (ready, why) in zip(instances, answers, strict=True):
+        if not ready:
+            return False, f"instance '{instance.spec.instance_name}': {why or 'is_ready() returned False'}"
+    return True, ""
 
 
 def _apply_completion(config: mc.ModelConfig, completed: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,6 +64,9 @@ class ModelVersion:
     #: A decoupled model (``model_transaction_policy { decoupled: true }``): it answers through a
     #: response stream, any number of times, so only streaming endpoints can serve it.
     decoupled: bool = False
+    #: The model's own word on whether it is ready (a Python model's ``is_ready()``), shared and
+    #: cached: (ready, why not). None: it has none. Model readiness and deep health follow it.
+    reported_readiness: Callable[[], Awaitable[tuple[bool, str]]] | None = None
     #: Schedulers this version no longer uses (its GPU one after the CPU fallback), closed with it.
     retired_schedulers: list[Scheduler] = field(default_factory=list)
     #: The router's route to this version as it stands (:func:`conch.router.router._plain_route`),

@@ -32,8 +32,9 @@ import numpy as np
 from conch.backends.python.bls import BlsLink, Inference, InferenceStream, answer_bls
 from conch.backends.python.connection import LoopConnection
 from conch.backends.python.late_responses import LateResponses, Outcome
-from conch.backends.python.messages import decode_answer, decode_answers, request_entry
+from conch.backends.python.messages import decode_answer, decode_answers, request_entry, settle_inputs
 from conch.backends.python.process import ModelProcess, ProcessSettings
+from conch.backends.python.readiness import ReadinessCall
 from conch.backends.python.stub import conch_ipc
 from conch.core.errors import ConchError, InternalError, UnavailableError
 from conch.core.types import ExecutionTiming
@@ -107,6 +108,8 @@ class PythonInstance:
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self.started_at = 0.0
+        #: The model's ``is_ready()`` hook (None: its class has none).
+        self.readiness: ReadinessCall | None = None
 
     # -- start-up (blocking, on the loader's thread) ---------------------------------------------
 
@@ -145,6 +148,7 @@ class PythonInstance:
             self.stop()
             raise UnavailableError(f"{self.spec.label}: initialize failed: {reply['message']}")
         self.serving = True
+        self.readiness = ReadinessCall() if reply.get("is_ready") else None
         self.started_at = time.monotonic()
 
     def start(self) -> None:
@@ -162,7 +166,7 @@ class PythonInstance:
         segment, refs = self._pool.write(list(inputs.items()))
         entry = request_entry(0, refs, output_names, "", {}, self._model)
         reply = process.ask({"op": "execute", "call": 0, "segment": segment, "requests": [entry]})
-        self._settle(reply)
+        settle_inputs(self._pool, reply)
         if reply["op"] != "result":
             raise InternalError(f"{self.spec.label} answered a warm-up request with '{reply['op']}'")
         timing.compute_input_ns, timing.compute_infer_ns, timing.compute_output_ns = reply["timing"]
@@ -261,7 +265,7 @@ class PythonInstance:
             reply = await future
         finally:
             self._calls.pop(call, None)
-        self._settle(reply)
+        settle_inputs(self._pool, reply)
         timing = ExecutionTiming(*reply["timing"])
         if reply.get("error"):
             error = InternalError(f"{self.spec.label} failed to execute: {reply['error']}")
@@ -279,14 +283,14 @@ class PythonInstance:
                 outcomes.append(await self._late.sent(key))
         return outcomes, timing
 
-    def _settle(self, reply: dict[str, Any]) -> None:
-        """The input segment of an answered execution: reused, or handed over to the model that
-        keeps views of it (``kept``), so that no later batch overwrites them."""
-        assert self._pool is not None
-        if reply.get("release"):
-            self._pool.release(reply["release"])
-        elif reply.get("kept"):
-            self._pool.hand_over(reply["kept"])
+    async def is_ready(self) -> tuple[bool, str]:
+        """(ready, why not) from the model's ``is_ready()``; (True, "") when it has none."""
+        if self.readiness is None:
+            return True, ""
+        if not self.serving or self.process is None:
+            return False, f"instance '{self.spec.instance_name}' is restarting"
+        self.attach()
+        return await self.readiness.ask(self._send)
 
     # -- messages from the process ---------------------------------------------------------------
 
@@ -327,6 +331,9 @@ class PythonInstance:
                 self.inference, self.inference_stream, self.spec.label, self._segments, self._pool, self._send
             )
             self._spawn(answer_bls(message, link, self._bls_parent() if tracing.tracer else None))
+        elif op == "readiness":
+            if self.readiness is not None:
+                self.readiness.answered(message)
         elif op in ("log", "metric", "forget"):
             self._side_message(message)
 
@@ -387,3 +394,5 @@ class PythonInstance:
                 call.future.set_exception(error)
         self._calls.clear()
         self._late.fail_all(error)
+        if self.readiness is not None:
+            self.readiness.fail(error.message)

@@ -111,3 +111,13 @@ def decode_answer(
     refs = map(conch_ipc.as_ref, entry.get("outputs", []))
     outputs = {ref.name: segments.copy(ref) for ref in refs}
     return outputs if wanted is None else _wanted(outputs, wanted, label)
+
+
+def settle_inputs(pool: conch_ipc.SegmentPool | None, reply: dict[str, Any]) -> None:
+    """The input segment of an answered execution: reused, or handed over to the model that keeps
+    views of it (``kept``), so that no later batch overwrites them."""
+    assert pool is not None
+    if reply.get("release"):
+        pool.release(reply["release"])
+    elif reply.get("kept"):
+        pool.hand_over(reply["kept"])

@@ -54,7 +54,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self.server.ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        ready = await _call(context, lambda: self.server.model_ready(request.name, request.version))
+        ready = await _awaited(context, self.server.model_ready(request.name, request.version))
         return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import conch_ipc
+import numpy as np
 import pb_responses
 import triton_python_backend_utils as pb_utils
 from output_check import OutputRules
@@ -190,6 +191,8 @@ class Stub:
                 self.runtime.segments.forget(message["segment"])
             elif op == "cancel":
                 self.runtime.cancel(message["request"])
+            elif op == "is_ready":
+                threading.Thread(target=self.answer_readiness, daemon=True, name="conch-is-ready").start()
             else:
                 self.work.put(message)
 
@@ -228,7 +231,9 @@ class Stub:
                 result = self.model.initialize(message["args"])
                 if inspect.iscoroutine(result):
                     self.run_coroutine(result)
-            self.runtime.channel.send({"op": "ready"})
+            self.runtime.channel.send(
+                {"op": "ready", "is_ready": callable(getattr(self.model, "is_ready", None))}
+            )
         except Exception as exc:
             self.runtime.channel.send({"op": "failed", "message": describe(exc)})
 
@@ -310,6 +315,22 @@ class Stub:
             )
         return self.runtime.encode_responses(list(returned), [r._batch for r in requests])
 
+    def answer_readiness(self) -> None:
+        """The model's ``is_ready()`` (sync, or async on the model's loop), beside ``execute``; the
+        server asks again only once this answered, so one such thread runs at a time."""
+        answer: dict[str, Any] = {"op": "readiness", "ready": False}
+        try:
+            ready = self.model.is_ready()
+            if inspect.iscoroutine(ready):
+                ready = self.run_coroutine(ready)
+            if isinstance(ready, (bool, np.bool_)):
+                answer["ready"] = bool(ready)
+            else:
+                answer["error"] = f"its is_ready() returned {type(ready).__name__}; return True or False"
+        except Exception as exc:
+            answer["error"] = f"its is_ready() raised {describe(exc)}"
+        self.runtime.channel.send(answer)
+
     def finalize(self, message: dict[str, Any]) -> None:
         try:
             if self.model is not None and hasattr(self.model, "finalize"):
@@ -321,9 +342,10 @@ class Stub:
         self.runtime.channel.send({"op": "finalized"})
 
     def run_coroutine(self, coroutine: Any) -> Any:
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self.loop.run_forever, daemon=True, name="conch-model-loop").start()
+        with self.runtime.lock:  # execute and is_ready may both start it
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+                threading.Thread(target=self.loop.run_forever, daemon=True, name="conch-model-loop").start()
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
 
