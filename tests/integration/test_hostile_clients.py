@@ -372,8 +372,33 @@ def test_a_chunked_body_over_the_limit_is_413(server: ServerProcess) -> None:
 
 @pytest.fixture(scope="module")
 def capped(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    """Default time limits (a slow body lasts its 10 s grace) and a cap of 20 connections."""
-    return start_server(repository, "--frontends", "0", "--http-max-connections", "20")
+    """Default time limits (a slow body lasts its 10 s grace) and a cap of 20 connections; 127.0.0.1
+    is a trusted proxy, whose X-Real-Client header names the client."""
+    return start_server(
+        repository,
+        "--frontends", "0",
+        "--http-max-connections", "20",
+        "--http-trusted-proxies", "127.0.0.1",
+        "--http-client-ip-header", "X-Real-Client",
+        "--access-log", "true",
+    )  # fmt: skip
+
+
+def test_a_trusted_proxy_names_the_client_and_anyone_else_is_who_it_is(capped: ServerProcess) -> None:
+    for source, named in (("127.0.0.1", "203.0.113.9"), ("127.0.0.2", "203.0.113.8")):
+        with socket.create_connection(("127.0.0.1", capped.http_port), 5, (source, 0)) as sock:
+            sock.sendall(
+                b"GET /v2/health/live?from=%s HTTP/1.1\r\nHost: x\r\nX-Real-Client: 198.51.100.1, %s\r\n"
+                b"Connection: close\r\n\r\n" % (source.encode(), named.encode())
+            )
+            assert statuses(read_all(sock)) == [200]
+    deadline = time.monotonic() + 5
+    while "from=127.0.0.2" not in capped.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [line for line in capped.log().splitlines() if "GET /v2/health/live?from=" in line]
+    assert any("203.0.113.9:0 - " in line and "from=127.0.0.1" in line for line in lines), lines
+    assert any("127.0.0.2:" in line and "from=127.0.0.2" in line for line in lines), lines
+    assert not any("203.0.113.8" in line for line in lines)  # an untrusted peer names no one
 
 
 def slow_body_attack(server: ServerProcess, connections: int, secs: float) -> float:

@@ -129,7 +129,7 @@ class HttpServer:
             target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
             access_log.info(
                 '%s - "%s %s HTTP/%s" %d',
-                _peer(connection),
+                _peer(scope["client"]),
                 scope["method"],
                 target,
                 scope["http_version"],
@@ -138,9 +138,9 @@ class HttpServer:
 
     def refused(self, connection: HttpConnection, status: int) -> None:
         if self.access_log:
-            access_log.info('%s - "%s %s HTTP/%s" %d', _peer(connection), "-", "-", "1.1", status)
+            access_log.info('%s - "%s %s HTTP/%s" %d', _peer(connection.client), "-", "-", "1.1", status)
 
 
-def _peer(connection: HttpConnection) -> str:
-    client = connection.client
+def _peer(client: tuple[str, int] | None) -> str:
+    """The client as the access log names it: the peer, or the client a trusted proxy named."""
     return f"{client[0]}:{client[1]}" if client else "-"
