@@ -84,7 +84,7 @@ def notebook() -> dict[str, tuple[Any, Any, Any]]:
     )
     mixed = make_pipeline(columns, LogisticRegression(max_iter=1000)).fit(frame, target)
     numbers = frame[["age", "visits", "member"]]
-    churn = HistGradientBoostingClassifier(max_iter=30, random_state=0).fit(numbers, target)
+    churn = HistGradientBoostingClassifier(max_iter=10, random_state=0).fit(numbers, target)
     fresh = customers(rng, 32)
     fresh.loc[: len(UNSEEN_TEXT) - 1, "review"] = UNSEEN_TEXT
     return {
