@@ -257,7 +257,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("loading model repository %s", settings.repository)
     try:
         # Releases first, so their versions load whatever the policy says.
-        await asyncio.to_thread(read_at_start, releases, verdicts)
+        # Two polls' worth of tries (10 s by default) before the models wait for the store.
+        await asyncio.to_thread(read_at_start, releases, verdicts, 2 * settings.release_store_poll_secs)
         resume_saved(releases)
         reconcile_files(releases)
         control.load_startup()

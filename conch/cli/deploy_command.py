@@ -133,6 +133,7 @@ TARGETS.update(kubernetes=_kubernetes, argocd=_argocd, kserve=_kserve, monitorin
 
 def _run_kubernetes(args: argparse.Namespace) -> int:
     from conch.deploy.manifests import build_files
+    from conch.deploy.release_checks import release_warnings
     from conch.deploy.repository_check import gpu_warning
     from conch.deploy.settings import DeploySettingsError, read_deploy_file, resolve
     from conch.deploy.writer import write_manifests
@@ -160,6 +161,8 @@ def _run_kubernetes(args: argparse.Namespace) -> int:
         )
     warning = gpu_warning(facts, settings.gpus)
     if warning:
+        print(f"conch deploy: {warning}", file=sys.stderr)
+    for warning in release_warnings(settings, facts.releases):
         print(f"conch deploy: {warning}", file=sys.stderr)
     _print_summary(write_manifests(args.output, build_files(settings)))
     return 0

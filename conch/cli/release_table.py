@@ -55,7 +55,7 @@ def print_status(status: dict[str, Any], out: Console) -> None:
     )
     summary.add_row("gate", _gate(status["gate"]))
     if status["gate"].get("min_agreement_source"):
-        summary.add_row("min agree", status["gate"]["min_agreement_source"])
+        summary.add_row("limit", f"min_agreement: {status['gate']['min_agreement_source']}")
     for waiting in status.get("waiting_for") or []:
         summary.add_row("waiting", waiting)
     approvals = status.get("approvals")
@@ -65,7 +65,7 @@ def print_status(status: dict[str, Any], out: Console) -> None:
     for rejected in status.get("rejected") or []:
         summary.add_row("rejected", f"version {rejected['version']}: {rejected['reason']}")
     for unshared in status.get("unshared_verdicts") or []:
-        summary.add_row("not shared", unshared)
+        summary.add_row("unshared", unshared)
     shadow = status["shadow_figures"]
     summary.add_row(
         "compared",

@@ -27,6 +27,12 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("path", type=Path, help="a model folder or a model repository")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
+    parser.add_argument(
+        "--release-store",
+        default=None,
+        help="the release store the servers share, to name the versions a release rejected "
+        "(CONCH_RELEASE_STORE; default: .conch-verdicts inside the repository, when it exists)",
+    )
     add_reference_argument(parser)
     parser.set_defaults(run=run)
 
@@ -50,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
             steps.step(folder.name)
             findings += validate_model(folder, steps.step)
             steps.advance()
+    from conch.validation.rejections import rejection_findings, store_location
+
+    repository = args.path.parent if folders == [args.path] else args.path
+    findings += rejection_findings(folders, store_location(repository, args.release_store))
     if args.reference is not None:
         code = _record_reference(args)
         if code:
@@ -70,7 +80,7 @@ def _record_reference(args: argparse.Namespace) -> int:
     from conch.validation.expected_agreement import ReferenceError
 
     try:
-        print(record_reference(args.path, None, args.reference), file=sys.stderr)
+        print(record_reference(args.path, None, args.reference, args.release_store), file=sys.stderr)
     except ReferenceError as exc:
         print(f"conch validate: --reference: {exc}", file=sys.stderr)
         return 1

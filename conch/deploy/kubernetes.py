@@ -43,12 +43,14 @@ RUN_AS = 10001
 STARTUP_BUDGET_SECS = 180
 STARTUP_PERIOD_SECS = 5
 
+#: The release state's folder (an ``emptyDir``: it is lost with the pod).
+STATE_FOLDER = "/var/lib/conch/state"
 #: Writable folders, as (volume name, mount path, the ``conch serve`` variable that points there).
 WRITABLE = [
     ("tmp", "/tmp", None),
     ("s3-cache", "/var/cache/conch/s3", "CONCH_MODEL_CACHE_DIR"),
     ("python-envs", "/var/cache/conch/envs", "CONCH_CACHE_DIR"),
-    ("release-state", "/var/lib/conch/state", "CONCH_STATE_DIR"),
+    ("release-state", STATE_FOLDER, "CONCH_STATE_DIR"),
     ("audit-log", "/var/log/conch", None),
 ]
 
@@ -153,6 +155,9 @@ def environment(settings: DeploySettings) -> list[dict[str, str]]:
         "CONCH_FRONTENDS": pod_frontends(settings.cpu_limit or settings.cpu),
     }
     variables |= {variable: path for _, path, variable in WRITABLE if variable}
+    # Rejected versions must stay rejected on every pod and after a restart: a shared store when one is
+    # known, else the pod's state folder (conch deploy warns that it is not shared).
+    variables["CONCH_RELEASE_STORE"] = settings.shared_release_store or f"{STATE_FOLDER}/verdicts"
     if settings.tls_secret:
         for port in ("HTTP", "GRPC"):
             variables[f"CONCH_{port}_USE_SSL"] = "true"

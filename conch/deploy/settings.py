@@ -18,6 +18,7 @@ import yaml
 
 from conch import __version__
 from conch.deploy.quantities import QuantityError, cpu_quantity, memory_quantity, scaled_memory
+from conch.release.verdict_store import VERDICTS_FOLDER
 
 #: conch serve's ports (Triton's), the same in every pod.
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -145,6 +146,10 @@ KUBERNETES_SETTINGS = [
             "prometheus-adapter); the other is written as a comment"),
     Setting("--target-cpu-percent", _count(1), "70", "the autoscaler's CPU utilisation target"),
     Setting("--target-pending-requests", _count(1), "8", "the autoscaler's pending requests per pod"),
+    Setting("--release-store", str, None,
+            "where every pod shares the versions releases rejected, promoted and approved (conch serve "
+            "--release-store): s3://bucket/prefix or a folder on a shared volume; default: .conch-verdicts "
+            "beside an s3:// repository, else each pod's own state folder (not shared: a warning says so)"),
 ]  # fmt: skip
 
 
@@ -172,6 +177,7 @@ class DeploySettings:
     autoscale_on: str
     target_cpu_percent: int
     target_pending_requests: int
+    release_store: str | None
     #: Each model's ``release.yaml`` text, shipped in a ConfigMap (``conch/deploy/releases.py``); empty
     #: unless the repository is baked into the image (a volume or a bucket holds its own files).
     releases: dict[str, str] = field(default_factory=dict)
@@ -179,6 +185,16 @@ class DeploySettings:
     @property
     def labels(self) -> dict[str, str]:
         return {"app.kubernetes.io/name": "conch", "app.kubernetes.io/instance": self.name}
+
+    @property
+    def shared_release_store(self) -> str | None:
+        """The release store every pod shares: ``--release-store``, else beside an ``s3://``
+        repository; None when nothing shared is known (each pod keeps its own)."""
+        if self.release_store:
+            return self.release_store
+        if self.models.kind == "s3":
+            return f"{self.models.location.rstrip('/')}/{VERDICTS_FOLDER}"
+        return None
 
     @property
     def repository_path(self) -> str:

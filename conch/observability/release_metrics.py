@@ -80,3 +80,20 @@ class ReleaseCollector(Collector):
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             drift.add_metric([model], buckets, held.drift_sum)
         yield from (weight, state, compared, agreements, dropped, rollbacks, answers, server_errors, drift)
+        yield self._rejected()
+
+    def _rejected(self) -> Metric:
+        """``conch_model_version_rejected``: 1 per version a rollback rejected and nobody re-admitted,
+        0 for each version served."""
+        rejected = GaugeMetricFamily(
+            "conch_model_version_rejected",
+            "1 for a version a release rolled back, kept out of serving until re-admitted; 0 for one served",
+            labels=["model", "version"],
+        )
+        book, served = self._releases.book, self._releases.repository.models
+        for model in sorted(set(book.models()) | served.keys()):
+            flags = dict.fromkeys(served[model].versions, 0) if model in served else {}
+            flags |= dict.fromkeys(book.of(model).rejected, 1)
+            for version, flag in sorted(flags.items()):
+                rejected.add_metric([model, str(version)], flag)
+        return rejected

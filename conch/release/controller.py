@@ -71,6 +71,8 @@ class ReleaseController:
         self.on_verdict: Callable[[Verdict], object] | None = None
         #: Whether a version folder added after start is loaded (not with model control mode none).
         self.folders_appear = True
+        #: Whether approvers are verified tokens (``--auth jwt``); without, identities are only named.
+        self.identities_verified = False
         #: Digests of ended releases whose ``release.yaml`` was seen again (logged once, never started).
         self.ended_seen: set[str] = set()
 
@@ -170,7 +172,9 @@ class ReleaseController:
         if model not in folders:
             self.repository.model(model)  # the 404 in Triton's words
         available = version_folders(folders[model])
-        refusal = refusal_to_start(model, spec, self.book.of(model), available, self.folders_appear)
+        # A release.yaml may come before its version (GitOps): it waits, saying why, where the API refuses.
+        folders_appear = self.folders_appear or file_spec is not None
+        refusal = refusal_to_start(model, spec, self.book.of(model), available, folders_appear)
         if refusal is not None:
             raise InvalidArgumentError(refusal)
         current = self.releases.get(model)
@@ -197,6 +201,10 @@ class ReleaseController:
         serving = default_baseline(served, available, spec.candidate, self.book.of(model).promoted, rejected)
         release = Release.create(spec, self.clock(), serving=serving)
         held = self._hold(model, release, file_spec)
+        if not self.identities_verified and any(step.approvals > 1 for step in spec.steps):
+            unverified = "approvals come from identities nobody verifies: the server runs without --auth jwt"
+            log.warning("release of '%s': %s", model, unverified)
+            release.note(release.history[-1].at, "warning", unverified)
         if spec.readmit and spec.candidate in rejected:
             self._readmitted(model, spec.candidate, "release.yaml", f"readmit: true in release {held.digest}")
         self._changed(model, release.history[-1])
@@ -286,7 +294,9 @@ class ReleaseController:
         status = status_of(model, held, self.clock())
         status.update(verdict_status(held, self.book.of(model), self.book.unshared))
         if held.release.state is ReleaseState.PENDING:
-            status["waiting_for"] = waiting_for(self.repository.models.get(model), held.release)
+            available = version_folders(self.repository.root / model)
+            served = self.repository.models.get(model)
+            status["waiting_for"] = waiting_for(served, held.release, available, self.folders_appear)
         return status
 
     def adopt(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> None:

@@ -134,12 +134,20 @@ def verdict_status(held: ModelRelease, verdicts: ModelVerdicts, unshared: list[s
     }
 
 
-def waiting_for(served: Model | None, release: Release) -> list[str]:
+def waiting_for(
+    served: Model | None, release: Release, available: list[int], folders_appear: bool
+) -> list[str]:
     """Why a pending release has not started: each of its versions that is not READY, and why."""
     waiting = []
     for number in (release.baseline, release.spec.candidate):
         version = served.versions.get(number) if served is not None else None
-        if version is None:
+        if version is None and number not in available and not folders_appear:
+            waiting.append(
+                f"version {number} is not loaded: with --model-control-mode none a version folder added "
+                "after start is never loaded; ship it with the repository (a new image), or serve with "
+                "--model-control-mode poll"
+            )
+        elif version is None:
             waiting.append(f"version {number} is not loaded yet (its folder is missing or still loading)")
         elif not version.ready:
             waiting.append(f"version {number} is {version.state.value}: {version.reason or 'loading'}")

@@ -16,7 +16,7 @@ from conch.observability.events import emit
 from conch.release.controller import ReleaseController
 from conch.release.declarations import reconcile_files
 from conch.release.store import ReleaseStore
-from conch.release.verdict_store import VerdictStore, VerdictStoreError
+from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import REJECTED, Verdict
 from conch.repository.model_repository import ModelRepository
 
@@ -24,9 +24,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two judgements of every release's gate.
 RELEASE_CHECK_SECS = 1.0
-#: How long ``conch serve`` tries to read the release store at start before it serves without it.
-STORE_START_SECS = 10.0
-VERDICTS_FOLDER = ".conch-verdicts"
 
 
 def default_store(repository: Path) -> str:
@@ -71,7 +68,7 @@ def release_controller(
     return releases
 
 
-def read_at_start(releases: ReleaseController, store: VerdictStore, wait_s: float = STORE_START_SECS) -> None:
+def read_at_start(releases: ReleaseController, store: VerdictStore, wait_s: float) -> None:
     """Read every verdict before anything loads. A store that cannot be read within ``wait_s`` leaves
     every model UNAVAILABLE with the reason (fail closed: a rejected version must never serve because
     the record of its rejection was out of reach); :func:`follow_store` loads them once it answers."""

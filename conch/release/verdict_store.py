@@ -33,6 +33,8 @@ from conch.repository.object_store import (
 log = logging.getLogger(__name__)
 
 SUFFIX = ".json"
+#: The store's folder inside a repository (a bucket's prefix) when ``--release-store`` names none.
+VERDICTS_FOLDER = ".conch-verdicts"
 
 
 class VerdictStoreError(Exception):
@@ -52,9 +54,16 @@ class _Folder:
         self.root = root
 
     def names(self) -> list[str]:
-        if not self.root.is_dir():
+        """Every record's key; an absent folder is an empty store, one that cannot be listed an error."""
+        if not self.root.exists():
             return []
-        return sorted(p.relative_to(self.root).as_posix() for p in self.root.glob(f"*/*{SUFFIX}"))
+        with os.scandir(self.root) as models:
+            folders = [entry.name for entry in models if entry.is_dir() and not entry.name.startswith(".")]
+        found = []
+        for model in folders:
+            with os.scandir(self.root / model) as records:
+                found += [f"{model}/{e.name}" for e in records if e.name.endswith(SUFFIX) and e.is_file()]
+        return sorted(found)
 
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()

@@ -155,6 +155,10 @@ class VerdictBook:
         """``model``'s verdicts (empty when it has none)."""
         return self._folded.get(model) or ModelVerdicts()
 
+    def models(self) -> list[str]:
+        """The models with any verdict."""
+        return sorted(self._folded)
+
     def add(self, verdict: Verdict) -> None:
         """A decision taken here, in force at once; :meth:`written` once the store holds it."""
         self._pending.append(verdict)

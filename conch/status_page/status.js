@@ -63,6 +63,11 @@ function modelRow(model) {
     if (v.reason) item.append(el("div", { class: "reason" }, v.reason));
     versions.append(item);
   }
+  for (const r of model.rejected || []) {
+    const item = el("li", { class: "rejected" }, `v${r.version} `, el("span", { class: "badge bad" }, "REJECTED"));
+    item.append(el("div", { class: "reason" }, `${r.reason}; re-admit with: conch release readmit ${model.name} ${r.version}`));
+    versions.append(item);
+  }
   const t = model.traffic;
   const errors = t ? el("span", { class: t.failed ? "bad-text" : "" }, percent(t.error_rate), ` (${t.failed})`) : "–";
   const circuits = el("ul", { class: "plain" });
@@ -109,7 +114,9 @@ function releaseCard(release) {
   const checks = el("table", { class: "checks" }, el("thead", {}, el("tr", {}, el("th", {}, "Gate check"), el("th", {}, "Value"), el("th", {}, "Limit"), el("th", {}, "Outcome"))));
   const body = el("tbody");
   for (const c of gate.checks) {
-    body.append(el("tr", {}, cell("Gate check", c.name), cell("Value", fixed(c.value, 3)), cell("Limit", fixed(c.limit, 3)), cell("Outcome", c.outcome)));
+    const outcome = c.detail ? `${c.outcome}: ${c.detail}` : c.outcome;
+    const noise = c.noise === null || c.noise === undefined ? "" : ` (noise ${fixed(c.noise, 3)})`;
+    body.append(el("tr", {}, cell("Gate check", c.name), cell("Value", fixed(c.value, 3) + noise), cell("Limit", fixed(c.limit, 3)), cell("Outcome", outcome)));
   }
   if (gate.checks.length === 0) body.append(el("tr", {}, el("td", { colspan: "4", class: "muted" }, "no judgement yet")));
   checks.append(body);
@@ -125,6 +132,8 @@ function releaseCard(release) {
     el("h3", {}, release.model, " ", el("span", { class: "badge busy" }, release.state)),
     el("p", {}, `v${release.baseline} → v${release.candidate}, step ${step}`, `, gate: ${gate.judge}, failures ${gate.consecutive_failures}/${gate.failure_threshold}`),
     weights(release),
+    ...(release.waiting_for || []).map((w) => el("p", { class: "muted" }, `waiting: ${w}`)),
+    release.approvals ? el("p", {}, `approvals ${release.approvals.have} of ${release.approvals.needed}${release.approvals.by.length ? " (" + release.approvals.by.join(", ") + ")" : ""}`) : null,
     shadow.compared ? el("p", { class: "muted" }, `shadow: ${shadow.agreements}/${shadow.compared} agree, ${shadow.dropped} dropped`) : null,
     checks,
     el("h4", {}, "History"),

@@ -74,6 +74,10 @@ def _models(
             by_name[name]["fallbacks"].append(
                 {"version": version, "level": level_name, "reason": reason_name, "answers": answers}
             )
+    if server.releases is not None:
+        for name, shown in by_name.items():
+            rejected = server.releases.book.of(name).rejected
+            shown["rejected"] = [{"version": n, "reason": r.reason} for n, r in sorted(rejected.items())]
     return [by_name[name] for name in sorted(by_name)]
 
 
@@ -85,6 +89,7 @@ def _empty_model(name: str, traffic: ModelTraffic | None) -> dict[str, Any]:
         "circuits": [],
         "fallback_now": [],
         "fallbacks": [],
+        "rejected": [],
     }
 
 

@@ -49,7 +49,7 @@ def test_every_alert_has_a_severity_annotations_and_its_own_runbook_section() ->
     rules = rule_groups(runbook_base="https://docs.example/runbooks.md")["groups"][0]["rules"]
     anchors = runbook_anchors()
 
-    assert len(rules) == len({r["alert"] for r in rules}) == 12
+    assert len(rules) == len({r["alert"] for r in rules}) == 13
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, rule

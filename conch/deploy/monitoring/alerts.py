@@ -207,6 +207,16 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELE
             f"{t.rollback_window}: the baseline serves everything again.",
         ),
         Alert(
+            "ConchModelVersionRejected",
+            f"max by (model, version) ({m('conch_model_version_rejected')})",
+            "> 0",
+            None,
+            "warning",
+            "Version {{ $labels.version }} of {{ $labels.model }} is rejected",
+            "A release rolled back version {{ $labels.version }} of {{ $labels.model }}: no replica serves "
+            "it until someone runs `conch release readmit {{ $labels.model }} {{ $labels.version }}`.",
+        ),
+        Alert(
             "ConchQueueTimeRising",
             queue_now,
             f"> {_number(t.queue_ms / 1000)} and {queue_now} > {_number(t.queue_rise_factor)} * {queue_hour}",
