@@ -121,7 +121,9 @@ def test_a_release_walked_from_start_to_rollback(server: ServerProcess, url: str
     assert any(line.startswith("step      1 of 3: weight 30 for 1h") for line in lines), table.stdout
     assert "version 1 (baseline) 70%, version 2 (candidate) 30%" in table.stdout
     agreement = next(line.split() for line in lines if line.strip().startswith("agreement"))
-    assert agreement == ["agreement", "1", "at", "least", "0.995", "passed"], table.stdout
+    # A few dozen agreeing comparisons: the always-valid bound still straddles the default limit.
+    assert agreement[:2] == ["agreement", "1"] and agreement[4:8] == ["at", "least", "0.98", "pending:"]
+    assert "limit     min_agreement: default 0.98 (no expected agreement recorded)" in lines
     assert next(line.split() for line in lines if "  started " in line)[2:5] == [
         "started",
         "progressing",
