@@ -162,6 +162,6 @@ def test_one_client_sending_past_many_refills_gets_the_rate_and_no_more(server: 
 
     allowed = statuses.count(200)
     assert set(statuses) == {200, 429}
-    assert len(statuses) > 3 * (1 + 10 * elapsed), "the client did not send past the rate: nothing judged"
-    # The burst, then 10 a second over the time the server saw: a request's own trip aside, within 3.
-    assert abs(allowed - (1 + 10 * elapsed)) <= 3, (allowed, elapsed, len(statuses))
+    assert statuses.count(429) >= 5, "the client did not send past the rate: nothing was judged"
+    # The burst, then 10 a second over the time the server saw: the first and last trips aside, within 4.
+    assert abs(allowed - (1 + 10 * elapsed)) <= 4, (allowed, elapsed, len(statuses))
