@@ -25,6 +25,7 @@ from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
 
 from conch.core.classification import labels_for
 from conch.exporting import DisagreementError, ExportError, export
+from conch.exporting.missing_text import likely_causes
 from conch.exporting.text_pipelines import SERVED_LOCALE
 from conch.validation import Severity, validate_model
 
@@ -190,3 +191,21 @@ def test_validate_names_a_missing_locale_as_the_cause(tmp_path: Path) -> None:
     findings = [f for f in validate_model(tmp_path / "reviews") if f.severity is Severity.ERROR]
 
     assert any("locale 'zz_ZZ.UTF-8'" in f.hint and "C.UTF-8" in f.hint for f in findings), findings
+
+
+def test_a_category_never_seen_in_fitting_is_named_as_a_cause() -> None:
+    frame, target = city_frame()
+    model = make_pipeline(
+        make_column_transformer((OneHotEncoder(handle_unknown="ignore"), ["city"]), remainder="passthrough"),
+        LogisticRegression(),
+    ).fit(frame, target)
+    sample = frame.copy()
+    sample.loc[3, "city"] = "Tours"
+
+    causes = likely_causes(model, sample)([3])
+
+    assert causes == [
+        "column 'city' holds categories never seen in fitting, such as 'Tours': fit the encoder with "
+        "handle_unknown='ignore', or on data that holds them"
+    ]
+    assert likely_causes(model, sample)([4]) == []
