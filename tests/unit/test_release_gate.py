@@ -9,12 +9,10 @@ import pytest
 
 from conch.release.compare import Comparison
 from conch.release.gate import (
-    LATENCY_RELATIVE_ERROR,
     GateFigures,
     GateLimits,
     GateTracker,
     Judgement,
-    LatencySketch,
     Outcome,
     Role,
     StepFigures,
@@ -22,6 +20,7 @@ from conch.release.gate import (
     judge,
     limits_of,
 )
+from conch.release.latency_sketch import LATENCY_RELATIVE_ERROR, LatencySketch
 from conch.release.spec import DEFAULT_MIN_AGREEMENT, GateSpec
 
 LIMITS = GateLimits(
