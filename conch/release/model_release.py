@@ -145,7 +145,11 @@ def status_of(model: str, held: ModelRelease, now: float) -> dict[str, Any]:
         "consecutive_failures": held.tracker.consecutive_failures,
         "failure_threshold": release.spec.gate.failure_threshold,
         "on_inconclusive": release.spec.gate.on_inconclusive,
-        "min_agreement_source": held.agreement.source if held.agreement else "",
+        "min_agreement_source": (
+            held.agreement.source
+            if held.agreement
+            else f"read from version {release.spec.candidate}'s metadata.json when it appears"
+        ),
         "checks": [check.to_json() for check in (judgement.checks if judgement else ())],
     }
     body["shadow_figures"] = {
