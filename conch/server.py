@@ -406,8 +406,13 @@ class InferenceServer:
 
 
 def _route_key(request: InferenceRequest) -> str | None:
+    """The request's route key; a sequence's requests share their ``sequence_id`` as one, so a sequence
+    stays on one version of a release (the one the key lands on at its step's weight)."""
     key = request.parameters.get(ROUTE_KEY_PARAMETER)
-    return None if key is None else str(key)
+    if key is None:
+        sequence = request.parameters.get("sequence_id")
+        return f"sequence:{sequence}" if sequence else None
+    return str(key)
 
 
 def _failure_reason(exc: ConchError) -> str:

@@ -129,6 +129,8 @@ class VersionRouter:
         answered = route.version
         if not route.released or answered is None or self.releases is None or self.shadows is None:
             return
+        if request.parameters.get("sequence_id"):
+            return  # a copy would run the sequence's step on the other version's state, out of order
         target_number = self.releases.shadow_version(answered.name, answered.version)
         model = self.repository.models.get(answered.name)
         target = model.versions.get(target_number) if model and target_number is not None else None
