@@ -154,7 +154,9 @@ def _arrays(source: SourceModel, reference: Any) -> dict[str, np.ndarray]:
     if not is_data_frame(reference):
         if len(names) != 1:
             raise ReferenceError(f"an array feeds one input, and the model has {len(names)}: {names}")
-        return {names[0]: np.asarray(reference)}
+        values = np.asarray(reference)
+        # A text pipeline's reference is its text, as it was fitted: a list or a Series, one column.
+        return {names[0]: values.reshape(-1, 1) if values.ndim == 1 else values}
     metadata = read_metadata(source.version_dir)
     columns = frame_columns(reference)
     renamed = {metadata.column_inputs.get(column, column): values for column, values in columns.items()}

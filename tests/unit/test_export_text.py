@@ -150,3 +150,22 @@ def test_a_sample_that_is_not_one_column_of_text_is_refused(tmp_path: Path, samp
 
     with pytest.raises(ExportError, match=words):
         export(model, sample, repository=tmp_path, name="reviews")
+
+
+@pytest.mark.parametrize("as_series", [False, True], ids=["list", "series"])
+def test_the_expected_agreement_takes_text_as_the_pipeline_was_fitted(
+    tmp_path: Path, as_series: bool
+) -> None:
+    rng = np.random.default_rng(1)
+    reference = [" ".join(rng.choice(["good", "bad", "École", "🙂", "slow"], 3)) for _ in range(240)]
+    labels = ["good" in text for text in reference]
+    first = make_pipeline(TfidfVectorizer(), LogisticRegression()).fit(reference, labels)
+    second = make_pipeline(TfidfVectorizer(ngram_range=(1, 2)), LogisticRegression()).fit(reference, labels)
+    export(first, reference[:20], repository=tmp_path, name="reviews")
+
+    rows = pd.Series(reference, name="text") if as_series else reference
+    version_dir = export(second, reference[:20], repository=tmp_path, name="reviews", reference=rows)
+
+    expected = json.loads((version_dir / "metadata.json").read_text())["extra"]["expected_agreement"]
+    agreeing = np.mean(first.predict(reference) == second.predict(reference))
+    assert expected["value"] == pytest.approx(agreeing)
