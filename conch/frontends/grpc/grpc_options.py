@@ -30,9 +30,10 @@ DEFAULT_ACCEPTORS = 8
 class GrpcConnectionLimits:
     """What one gRPC connection may hold of the server, and how long a silent peer keeps it.
 
-    Streams: tritonclient and perf_analyzer multiplex every call of a client on one channel, so the
-    cap sits well above the 256 clients of the benchmark sweep; at 32 and 256 perf_analyzer clients
-    it cost nothing measurable (``bench/results/``). A client over it waits for a stream to free up.
+    Streams: tritonclient's Python client sends all of a client object's calls over one connection,
+    so the cap sits far above the calls one client sends at once (perf_analyzer: about 6 a connection
+    at 256 clients). A gRPC client queues calls over it once the connection's SETTINGS arrived; one
+    sent before is refused (``UNAVAILABLE``).
 
     Keepalive: the server pings every connection, with calls or without, every
     ``keepalive_time_secs``; one whose peer does not answer within ``keepalive_timeout_secs`` is
