@@ -18,7 +18,6 @@ Each repair is a handful of standard ONNX nodes (opset 20 for ``RegexFullMatch``
 
 from __future__ import annotations
 
-from itertools import count
 from typing import Any
 
 import onnx
@@ -27,7 +26,6 @@ from onnx import TensorProto, helper
 from conch.exporting.text_pipelines import RE2_CHARACTERS, SERVED_LOCALE, WHITE_SPACE
 
 _STOPWORDS = "stopwords"
-_names = count()
 
 
 def repair_text_graph(model: onnx.ModelProto, vectorizers: dict[str, Any]) -> None:
@@ -65,12 +63,13 @@ def _normalize_only(node: onnx.NodeProto, vectorizer: Any) -> list[str]:
             attribute.s = SERVED_LOCALE.encode()
         elif attribute.name == "case_change_action" and not vectorizer.lowercase:
             attribute.s = b"NONE"
-    return sorted(vectorizer.get_stop_words() or [])
+    # scikit-learn removes stop words only from words: a character analyzer keeps every character.
+    return sorted(vectorizer.get_stop_words() or []) if vectorizer.analyzer == "word" else []
 
 
 def _one_space_per_run(graph: onnx.GraphProto, tokenizer: onnx.NodeProto) -> None:
     tokens = tokenizer.output[0]
-    raw, run, space = _name("raw_tokens"), _name("white_run"), _name("space")
+    raw, run, space = (_name(graph, role) for role in ("raw_tokens", "white_run", "space"))
     _retarget(graph, tokens, raw)
     # The tokenizer is a com.microsoft operator that onnx's shape inference cannot see through, and
     # onnx's RegexFullMatch inference crashes on an input of unknown type: declare it.
@@ -90,7 +89,7 @@ def _drop_stop_words(graph: onnx.GraphProto, vectorizer: onnx.NodeProto, words: 
     tokens = vectorizer.input[0]
     roles = "words axis wide same hits any zero keep shape length start one position late key sorted"
     roles += " order moved kept pad compact"
-    n = {role: _name(role) for role in roles.split()}
+    n = {role: _name(graph, role) for role in roles.split()}
     vectorizer.input[0] = n["compact"]
     # Each token is compared with every stop word: [rows, tokens, stop words] booleans, then any().
     nodes = [
@@ -155,8 +154,13 @@ def _attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
-def _name(role: str) -> str:
-    return f"conch_text_{role}_{next(_names)}"
+def _name(graph: onnx.GraphProto, role: str) -> str:
+    """A tensor name no node of ``graph`` uses yet: the same graph always gets the same names."""
+    used = {name for node in graph.node for name in node.output}
+    index = 0
+    while f"conch_text_{role}_{index}" in used:
+        index += 1
+    return f"conch_text_{role}_{index}"
 
 
 def _require_opset(model: onnx.ModelProto, version: int) -> None:

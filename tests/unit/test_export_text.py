@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 import pandas as pd
 import pytest
+from sklearn.compose import make_column_transformer
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.naive_bayes import MultinomialNB
@@ -169,3 +170,22 @@ def test_the_expected_agreement_takes_text_as_the_pipeline_was_fitted(
     expected = json.loads((version_dir / "metadata.json").read_text())["extra"]["expected_agreement"]
     agreeing = np.mean(first.predict(reference) == second.predict(reference))
     assert expected["value"] == pytest.approx(agreeing)
+
+
+def test_vectorizers_inside_a_column_transformer_export_the_same_graph_every_time(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"title": TEXTS * 2, "body": [t.upper() + "  and the end" for t in TEXTS * 2]})
+    columns = make_column_transformer(
+        (TfidfVectorizer(ngram_range=(1, 2), stop_words="english"), "title"),
+        (CountVectorizer(analyzer="char", ngram_range=(1, 3)), "body"),
+        (TfidfVectorizer(ngram_range=(1, 3), stop_words=["the", "and"]), "body"),
+    )
+    model = make_pipeline(columns, LogisticRegression(max_iter=500)).fit(frame, LABELS * 2)
+
+    first = export(model, frame, repository=tmp_path, name="tickets")
+    second = export(model, frame, repository=tmp_path, name="tickets")
+
+    assert (first / "model.onnx").read_bytes() == (second / "model.onnx").read_bytes()
+    unseen = pd.DataFrame({"title": UNSEEN, "body": UNSEEN[::-1]})
+    feeds = {c: unseen[[c]].to_numpy(dtype=object) for c in unseen.columns}
+    _, probabilities = ort.InferenceSession(str(first / "model.onnx")).run(None, feeds)
+    np.testing.assert_allclose(probabilities, model.predict_proba(unseen), atol=1e-5, rtol=1e-4)
