@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -22,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.exporting import export
 from conch.exporting.errors import ExportError
+from conch.exporting.text_classifier import measure_text_versions
 from conch.packaging.metadata import read_metadata
 from conch.validation import validate_model
 from tests.fixtures.text_classifiers import CORPUS, LABELS, MAX_LENGTH, review_pipeline
@@ -160,3 +162,19 @@ def test_distilbert_answers_as_the_pipeline(distilbert: tuple[ServerProcess, Any
         [next(a["score"] for a in answer if a["label"] == label) for label in LABELS] for answer in answers
     ]
     np.testing.assert_allclose(result.as_numpy("probabilities"), np.array(expected), atol=1e-5)
+
+
+def test_two_versions_get_the_gates_expected_agreement(exported: tuple[Path, Any], tmp_path: Path) -> None:
+    _, first = exported
+    export(first, CORPUS[:4], repository=tmp_path, name="reviews")
+    export(first, CORPUS[4:], repository=tmp_path, name="reviews")
+    export(review_pipeline(tmp_path, seed=3), CORPUS[:4], repository=tmp_path, name="reviews")
+    texts = [f"{a} {b}" for a in CORPUS for b in CORPUS] * 2
+
+    same = measure_text_versions(tmp_path / "reviews", 2, 1, texts)
+    other = measure_text_versions(tmp_path / "reviews", 3, 1, pd.Series(texts))
+
+    assert (same.value, same.rows, same.against_version, same.self_agreement) == (1.0, 200, 1, 1.0)
+    assert other.rows == 200 and other.value < 1.0 and other.lower <= other.value <= other.upper
+    with pytest.raises(ValueError, match="give at least 200"):
+        measure_text_versions(tmp_path / "reviews", 2, 1, texts[:20])

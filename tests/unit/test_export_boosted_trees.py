@@ -106,3 +106,18 @@ def test_boosted_libraries_are_recorded_with_their_converter(tmp_path: Path) -> 
     )
     recorded = json.loads((version_dir / "metadata.json").read_text())["libraries"]
     assert {"lightgbm", "onnxmltools", "skl2onnx", "scikit-learn"} <= set(recorded)
+
+
+def test_a_new_version_records_its_expected_agreement_with_the_one_before(tmp_path: Path) -> None:
+    export(boosted_models.pipeline("xgboost"), applicants(20), repository=tmp_path, name="approvals")
+    version_dir = export(
+        boosted_models.pipeline("catboost"),
+        applicants(20),
+        repository=tmp_path,
+        name="approvals",
+        reference=applicants(300, seed=5),
+    )
+
+    expected = read_metadata(version_dir).extra["expected_agreement"]
+    assert (expected["against_version"], expected["rows"], expected["self_agreement"]) == (1, 300, 1.0)
+    assert 0.5 < expected["lower"] <= expected["value"] <= expected["upper"] <= 1.0
