@@ -17,6 +17,20 @@ def test_the_flags_and_their_variables_set_the_limits(monkeypatch: pytest.Monkey
     )
 
 
+def test_the_ping_interval_and_the_grace_reach_grpc_core() -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--grpc-min-ping-interval-secs", "30",
+            "--grpc-max-connection-age-secs", "600",
+            "--grpc-max-connection-age-grace-secs", "45",
+        ]
+    )  # fmt: skip
+    options = dict(grpc_server_options(False, connection=grpc_connection_limits(args)))
+    assert options["grpc.http2.min_ping_interval_without_data_ms"] == 30_000
+    assert options["grpc.max_connection_age_grace_ms"] == 45_000
+
+
 def test_the_defaults_bound_streams_and_ping_but_never_age_a_connection() -> None:
     options = dict(grpc_server_options(reuse_port=False))
     assert options["grpc.max_concurrent_streams"] == 1024
