@@ -2,7 +2,7 @@
 
 The new user's day, with the gate's defaults and real servers on loopback:
 
-- a benign retrain (version 2) is promoted;
+- a benign retrain (version 2, whose predictions differ on 0.5% of rows) is promoted;
 - a bad candidate (version 3, predictions flipped on half the inputs) is rolled back and rejected: a
   request naming it gets 404 with the readmit command, and the version policy serves version 2;
 - a fresh server on the same repository with an empty state dir serves version 2, and does not start the
@@ -103,7 +103,7 @@ def test_the_new_users_day_with_the_gates_defaults(
     declare(repository, {"candidate": 2, "steps": [{"weight": 50, "duration": "5s"}, {"weight": 100}]})
     traffic = Traffic(server, "m", uniform, clients=8).start()
     try:
-        install(repository, 2, scale_model(1.0))
+        install(repository, 2, slice_flip_model(0.995))  # differs from version 1 on 0.5% of rows
         promoted = ended(server, 2)
         assert promoted["state"] == "promoted", promoted["history"]
         # 2. A bad candidate, declared without a baseline: it starts from version 2, is rolled back.

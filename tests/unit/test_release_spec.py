@@ -91,7 +91,7 @@ def test_defaults_are_the_issue_figures() -> None:
     assert (gate.min_requests, gate.failure_threshold) == (200, 2)
     assert (gate.max_error_rate_increase, gate.max_p95_increase) == (0.01, 0.20)
     # min_agreement is left to the release: the expected agreement recorded at export, else 0.98.
-    assert (gate.min_agreement, gate.drift_threshold, gate.max_drift_fraction) == (None, 0.3, 0.01)
+    assert (gate.min_agreement, gate.drift_threshold, gate.max_drift_fraction) == (None, 0.3, 0.02)
     assert gate.on_inconclusive == "pause"
 
 
@@ -112,6 +112,7 @@ def test_yaml_and_json_body_give_the_same_spec() -> None:
                     "compare": ["probabilities"],
                     "max_p95_increase": 0.2,
                     "min_agreement": 0.995,
+                    "max_drift_fraction": 0.01,
                 },
                 "on_failure": "rollback",
             }
