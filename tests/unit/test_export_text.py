@@ -189,3 +189,15 @@ def test_vectorizers_inside_a_column_transformer_export_the_same_graph_every_tim
     feeds = {c: unseen[[c]].to_numpy(dtype=object) for c in unseen.columns}
     _, probabilities = ort.InferenceSession(str(first / "model.onnx")).run(None, feeds)
     np.testing.assert_allclose(probabilities, model.predict_proba(unseen), atol=1e-5, rtol=1e-4)
+
+
+def test_an_onnx_text_model_needing_a_missing_locale_is_refused_with_the_cause(tmp_path: Path) -> None:
+    model = make_pipeline(TfidfVectorizer(), LogisticRegression()).fit(TEXTS, LABELS)
+    graph = onnx.load(str(export(model, TEXTS, repository=tmp_path, name="reviews") / "model.onnx"))
+    for node in graph.graph.node:
+        for attribute in node.attribute:
+            if attribute.name == "locale":
+                attribute.s = b"zz_ZZ.UTF-8"  # what another tool's export may ask for
+
+    with pytest.raises(ExportError, match=r"locale 'zz_ZZ.UTF-8'.*C.UTF-8"):
+        export(graph, np.array(TEXTS, dtype=object).reshape(-1, 1), repository=tmp_path, name="imported")
