@@ -7,7 +7,8 @@ must then treat the empty string as the pipeline treats NaN:
 
 - a ``SimpleImputer`` fitted on text with NaN as its missing value is converted as one whose missing
   value is ``""`` (skl2onnx refuses a NaN missing value on strings);
-- a ``OneHotEncoder`` that learned NaN as a category is converted with ``""`` in its place.
+- a ``OneHotEncoder`` that learned NaN as a category is converted with ``""`` in its place;
+- a text imputer's missing-value indicator (``add_indicator=True``) has no ONNX form: it is refused.
 
 Both changes are patches made on a copy (``sklearn_parts.patched_copy``), so the notebook's model is
 never touched, and the check against the original on the sample shows that they answer alike. A text
@@ -43,16 +44,20 @@ def missing_text_as_empty(part: Any, apply: bool) -> bool:
     return bool(indices)
 
 
-def refuse_missing_text(model: Any, missing: dict[str, list[int]], exc: Exception) -> ExportError | None:
-    """A message naming the column, when skl2onnx failed on a text imputer the sample needs."""
-    if "missing values are string" not in str(exc):
-        return None
-    columns = [c for c in missing] or [str(c) for p in fitted_parts(model) for c in _imputer_columns(p)]
-    return ExportError(
-        f"text column(s) {columns} have missing values, and the pipeline's SimpleImputer for them cannot "
-        "be converted as it is; fit it with missing_values=np.nan (the default) and "
-        'strategy="most_frequent" or "constant", or fill the column first: frame[col].fillna("")'
-    )
+def check_text_imputers(model: Any) -> None:
+    """Refuse, by column, a text imputer whose missing-value indicator skl2onnx cannot convert.
+
+    skl2onnx writes ``SimpleImputer(add_indicator=True)`` on text as a graph that fails on its first
+    row, with an error that names no column.
+    """
+    for part in fitted_parts(model):
+        if _imputes_text(part) and part.add_indicator:
+            columns = [str(c) for c in getattr(part, "feature_names_in_", [])]
+            raise ExportError(
+                f"text column(s) {columns} are imputed with add_indicator=True, which has no ONNX form for "
+                "text: fit SimpleImputer(add_indicator=False) and add the indicator as a column of its own "
+                "before fitting, e.g. frame[col + '_missing'] = frame[col].isna()"
+            )
 
 
 def missing_text_rows(frame: Any) -> dict[str, list[int]]:

@@ -23,12 +23,7 @@ from conch.exporting.column_names import rename_graph_inputs, renamed, tensor_na
 from conch.exporting.conversion import Conversion, class_name, library_versions
 from conch.exporting.errors import ExportError
 from conch.exporting.frame_matrix import MATRIX_INPUT, check_numeric, join_columns, takes_matrix
-from conch.exporting.missing_text import (
-    likely_causes,
-    missing_text_as_empty,
-    missing_text_rows,
-    refuse_missing_text,
-)
+from conch.exporting.missing_text import check_text_imputers, likely_causes, missing_text_as_empty
 from conch.exporting.samples import SINGLE_INPUT, frame_columns, is_data_frame, mapping_frame
 from conch.exporting.sklearn_parts import fitted_parts, patched_copy
 from conch.exporting.text_graph import repair_text_graph
@@ -73,7 +68,7 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
         initial_types = [(MATRIX_INPUT, FloatTensorType([None, len(inputs)]))]
     else:
         initial_types = [(name, _tensor_type(array)) for name, array in inputs.items()]
-    missing = missing_text_rows(sample) if frame else {}
+    check_text_imputers(model)
     converted = patched_copy(model, [missing_text_as_empty, stop_words_shown])
     options, vectorizers = vectorizer_options(list(fitted_parts(converted)))
     if is_classifier(converted):
@@ -81,8 +76,7 @@ def convert_estimator(model: Any, sample: Any) -> Conversion:
     try:
         onnx_model = to_onnx(converted, initial_types=initial_types, options=options or None)
     except Exception as exc:  # skl2onnx raises whatever its converters raise: a message is all we have
-        refusal = refuse_missing_text(model, missing, exc)
-        raise refusal or ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
+        raise ExportError(f"skl2onnx cannot convert {type(model).__name__}: {exc}") from exc
     repair_text_graph(onnx_model, vectorizers)
     if as_matrix:
         join_columns(onnx_model, inputs)

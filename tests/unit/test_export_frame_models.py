@@ -209,3 +209,18 @@ def test_a_category_never_seen_in_fitting_is_named_as_a_cause() -> None:
         "handle_unknown='ignore', or on data that holds them"
     ]
     assert likely_causes(model, sample)([4]) == []
+
+
+def test_a_text_imputer_with_an_indicator_is_refused_by_column_with_the_fix(tmp_path: Path) -> None:
+    frame, target = city_frame()
+    imputer = SimpleImputer(strategy="most_frequent", add_indicator=True)
+    model = make_pipeline(
+        make_column_transformer(
+            (make_pipeline(imputer, OneHotEncoder(handle_unknown="ignore")), ["city"]), remainder="passthrough"
+        ),
+        LogisticRegression(),
+    ).fit(frame, target)
+
+    with pytest.raises(ExportError, match=r"\['city'\] are imputed with add_indicator=True.*isna\(\)"):
+        export(model, frame, repository=tmp_path, name="cities")
+    assert not (tmp_path / "cities").exists()
