@@ -216,7 +216,8 @@ def test_a_text_imputer_with_an_indicator_is_refused_by_column_with_the_fix(tmp_
     imputer = SimpleImputer(strategy="most_frequent", add_indicator=True)
     model = make_pipeline(
         make_column_transformer(
-            (make_pipeline(imputer, OneHotEncoder(handle_unknown="ignore")), ["city"]), remainder="passthrough"
+            (make_pipeline(imputer, OneHotEncoder(handle_unknown="ignore")), ["city"]),
+            remainder="passthrough",
         ),
         LogisticRegression(),
     ).fit(frame, target)
