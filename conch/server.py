@@ -23,12 +23,11 @@ from conch.lifecycle.model_control import ModelControl
 from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController, spec_from_body
-from conch.release.signed_actions import readmitted_version, signer
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
 from conch.router.fallback import business_answer, is_device_error
-from conch.router.release_split import ROUTE_KEY_PARAMETER
+from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 from conch.scheduling.sequence_rules import refuse_sequence_parameters
@@ -127,20 +126,9 @@ class InferenceServer:
         self._releases().act(name, action)
         return self._releases().status(name)
 
-    def signed_release_action(
-        self, name: str, action: str, body: dict[str, Any], subject: str
-    ) -> dict[str, Any]:
-        """``POST /v2/models/{m}/release/approve`` and ``.../readmit`` (``{"version": N}``): recorded with
-        who did it, the token's ``sub``; without auth, the body's ``identity``, which nobody verified."""
-        identity = signer(body, subject)
-        releases = self._releases()
-        if action == "approve":
-            releases.approve(name, identity)
-        else:
-            releases.readmit(name, readmitted_version(body), identity)
-            if name not in releases.releases:
-                return {"model": name, "readmitted": readmitted_version(body), "identity": identity}
-        return releases.status(name)
+    def signed_release_action(self, name: str, action: str, body: dict[str, Any], who: str) -> dict[str, Any]:
+        """``POST /v2/models/{m}/release/approve|readmit``, by ``who`` (a token's ``sub``, or "")."""
+        return self._releases().signed(name, action, body, who)
 
     def _releases(self) -> ReleaseController:
         if self.releases is None:
@@ -269,7 +257,7 @@ class InferenceServer:
         started = time.perf_counter_ns()
         if self.stopping and not admitted:
             raise UnavailableError("server is shutting down; send the request to another replica")
-        route = self.router.route(request.model_name, request.model_version, _route_key(request))
+        route = self.router.route(request.model_name, request.model_version, route_key_of(request.parameters))
         served = route.version
         if served is None:
             return business_answer(request, route)
@@ -364,7 +352,7 @@ class InferenceServer:
         model's ``execute`` returns, and the responses keep coming from its response sender.
         """
         started = time.perf_counter_ns()
-        route = self.router.route(request.model_name, request.model_version, _route_key(request))
+        route = self.router.route(request.model_name, request.model_version, route_key_of(request.parameters))
         if route.version is None or not route.version.decoupled:
             yield await self.infer(request, admitted)
             return
@@ -403,16 +391,6 @@ class InferenceServer:
             stats.pending -= 1
             self.in_flight.leave()
         stats.record_success(time.perf_counter_ns() - started, scheduled.queue_ns)
-
-
-def _route_key(request: InferenceRequest) -> str | None:
-    """The request's route key; a sequence's requests share their ``sequence_id`` as one, so a sequence
-    stays on one version of a release (the one the key lands on at its step's weight)."""
-    key = request.parameters.get(ROUTE_KEY_PARAMETER)
-    if key is None:
-        sequence = request.parameters.get("sequence_id")
-        return f"sequence:{sequence}" if sequence else None
-    return str(key)
 
 
 def _failure_reason(exc: ConchError) -> str:

@@ -52,15 +52,7 @@ from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
 from conch.observability.tracing import TraceSettings
-from conch.release.declarations import reconcile_files, resume_saved
-from conch.release.runner import (
-    check_releases,
-    default_store,
-    follow_store,
-    read_at_start,
-    release_controller,
-)
-from conch.release.verdict_store import VerdictStore
+from conch.release import runner as release_runner
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
 from conch.router.strategy import parse_strategy
@@ -144,20 +136,6 @@ def embedded_repository() -> Path:
         return Path(__file__).resolve().parent.parent / "examples" / "model_repository"
 
 
-def model_table(repository: ModelRepository) -> str:
-    """The start-up table of models, versions and states, as Triton prints it."""
-    rows = [("Model", "Version", "Status")]
-    for entry in repository.index():
-        status = entry["state"] + (f": {entry['reason']}" if entry["reason"] else "")
-        rows.append((entry["name"], entry["version"] or "-", status))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    body = [
-        "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows
-    ]
-    return "\n".join([line, body[0], line, *body[1:], line])
-
-
 @dataclass
 class WorkerLink:
     """What a worker process gets from the supervisor: the shared HTTP socket and two channels."""
@@ -191,11 +169,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     repository = ModelRepository(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
-    state_dir = (
-        Path(settings.state_dir) if settings.state_dir else settings.repository.parent / ".conch-state"
+    releases, verdicts = release_runner.release_controller(
+        repository, control, settings.state_dir, settings.release_store
     )
-    verdicts = VerdictStore(settings.release_store or default_store(settings.repository))
-    releases = release_controller(repository, control, state_dir, verdicts)
     releases.identities_verified = settings.gateway.jwt is not None
     if (settings.repository.parent / "source.json").is_file():
         # An s3:// repository: each poll first brings its cache up to date. boto3 is imported only
@@ -257,10 +233,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     log.info("loading model repository %s", settings.repository)
     try:
         # Releases first, so their versions load whatever the policy says.
-        # Two polls' worth of tries (10 s by default) before the models wait for the store.
-        await asyncio.to_thread(read_at_start, releases, verdicts, 2 * settings.release_store_poll_secs)
-        resume_saved(releases)
-        reconcile_files(releases)
+        await release_runner.take_over(releases, verdicts, settings.release_store_poll_secs)
         control.load_startup()
     except BaseException:
         for process in (relay, frontends):
@@ -268,7 +241,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 await process.stop()  # it must not outlive a server that failed to load
         raise
     if worker is None or worker.index == 0:
-        print(model_table(repository), flush=True)
+        print(repository.table(), flush=True)
     deep_health = DeepHealth(server, settings.deep_health)
     access = settings.request_log.access_log
     http_app = HttpFrontend(
@@ -328,8 +301,9 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     )
     if control.settings.mode is ControlMode.POLL:
         tasks.append(asyncio.create_task(control.poll_forever()))
-    tasks.append(asyncio.create_task(check_releases(releases)))
-    tasks.append(asyncio.create_task(follow_store(releases, verdicts, settings.release_store_poll_secs)))
+    tasks.append(asyncio.create_task(release_runner.check_releases(releases)))
+    poll_secs = settings.release_store_poll_secs
+    tasks.append(asyncio.create_task(release_runner.follow_store(releases, verdicts, poll_secs)))
     waits = [asyncio.create_task(stopping.wait()), *serving]
     for lost in (relay and relay.lost, frontends and frontends.hub.lost):
         if lost:

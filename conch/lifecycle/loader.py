@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -26,7 +25,8 @@ from conch.backends.kinds import BackendKind, backend_kind, infer_backend
 from conch.backends.onnxruntime_threads import one_thread_session
 from conch.backends.placement import Placement, instance_placements
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
-from conch.lifecycle.fingerprint import config_text, content_fingerprint, version_fingerprint
+from conch.lifecycle.fingerprint import config_text, version_fingerprint
+from conch.lifecycle.rejected_versions import RejectedVersion, rejected_note, still_rejected
 from conch.observability.events import emit
 from conch.observability.model_loads import record_load
 from conch.repository import autocomplete, config_validation
@@ -54,15 +54,6 @@ from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
-
-
-class RejectedVersion(Protocol):
-    """A version a release rejected, as the lifecycle needs it (the record lives in ``release/``)."""
-
-    @property
-    def reason(self) -> str: ...
-
-    def applies_to(self, fingerprint: str | None) -> bool: ...
 
 
 #: Builds one version of a non-ONNX model: ``(version, model folder, fields set in config.pbtxt)``.
@@ -103,9 +94,7 @@ class ModelLoader:
         """The model in ``folder``; ``override`` replaces its ``config.pbtxt`` (Triton's load parameter).
 
         Versions of ``previous`` whose folder and config are unchanged are carried over, not rebuilt;
-        ``pinned`` versions (a release's) are loaded even when the version policy leaves them out;
-        ``rejected`` versions whose folder still holds the rejected content are never loaded, pinned
-        or not (a folder re-exported with other content is loaded, and the log says so).
+        ``pinned`` versions (a release's) load whatever the policy says; ``rejected`` ones never do.
         """
         started = time.perf_counter()
         model = self._build(folder, override, previous, pinned, rejected or {})
@@ -141,7 +130,7 @@ class ModelLoader:
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=exc.message)
             return model
         model.config_text = text
-        model.rejected = _still_rejected(folder, rejected)
+        model.rejected = still_rejected(folder, rejected)
         available = [n for n in version_folders(folder) if n not in model.rejected]
         # A release holds its two versions loaded whatever the policy says.
         selected = select_versions(config.version_policy, available)
@@ -149,8 +138,7 @@ class ModelLoader:
             selected = model.twin.served_versions(selected, available)
         numbers = sorted(set(selected) | (pinned & set(available)))
         if not numbers:
-            kept_out = f" ({_rejected_note(model.rejected)})" if model.rejected else ""
-            model.reason = f"no version folder matches the version policy{kept_out}"
+            model.reason = "no version folder matches the version policy" + rejected_note(model.rejected)
             emit(log, "model_unavailable", logging.ERROR, model=folder.name, reason=model.reason)
         try:  # the strategy first: a bad one loads nothing
             policy = FallbackPolicy(strategy_from_config(config, self.options.fallback_levels))
@@ -410,33 +398,3 @@ def _unchanged(previous: Model | None, number: int, text: str, fingerprint: str)
         return None
     return version
 
-
-def _still_rejected(folder: Path, rejected: Mapping[int, RejectedVersion]) -> dict[int, str]:
-    """The rejected versions whose folder holds the content that was rejected, with the reason.
-
-    A folder that now holds other content (re-exported under the same number) is no longer the
-    rejected version: it loads, and the log says what happened.
-    """
-    kept_out = {}
-    for number, rejection in sorted(rejected.items()):
-        version_dir = folder / str(number)
-        if not version_dir.is_dir():
-            continue
-        if rejection.applies_to(content_fingerprint(version_dir)):
-            kept_out[number] = rejection.reason
-        else:
-            emit(
-                log,
-                "rejection_outdated",
-                logging.WARNING,
-                model=folder.name,
-                version=number,
-                reason=f"version {number} was rejected ({rejection.reason}), but its folder now holds other "
-                "content, so the rejection does not apply to it",
-            )
-    return kept_out
-
-
-def _rejected_note(rejected: Mapping[int, str]) -> str:
-    numbers = ", ".join(str(n) for n in sorted(rejected))
-    return f"rejected by a release and kept out: version{'s' if len(rejected) > 1 else ''} {numbers}"

@@ -36,7 +36,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import ConchError, InvalidArgumentError, UnavailableError, did_you_mean
 from conch.lifecycle.fingerprint import model_fingerprint
-from conch.lifecycle.loader import ModelLoader, RejectedVersion
+from conch.lifecycle.loader import ModelLoader
+from conch.lifecycle.rejected_versions import RejectedVersion
 from conch.observability.events import emit
 from conch.repository.model import Model, ModelVersion
 from conch.repository.model_repository import ModelRepository

@@ -7,14 +7,16 @@ progressing release's current step from that step's own traffic, moves it on whe
 with every limit kept, and applies ``on_failure`` after ``failure_threshold`` failed checks in a row.
 Every transition is one structured log record and is saved to the state dir, so a restart resumes it.
 
-Which versions must stay loaded while a release is under way (both of them, whatever the version
-policy says) is :meth:`pinned`; the lifecycle asks it on each load.
+What the request path asks and reports is :class:`~conch.release.traffic.ReleaseTraffic`. The
+lifecycle asks :meth:`pinned` (both versions of a release under way, whatever the version policy says)
+and :meth:`rejected` (the versions a rollback rejected, which never load) on each load. Rejections,
+promotions, approvals and ends are verdicts (:mod:`.verdicts`): in force here at once, and handed to
+``on_verdict`` for the shared store, which every replica reads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from collections.abc import Callable
@@ -22,8 +24,7 @@ from typing import Any
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.observability.events import emit
-from conch.release.compare import Comparison
-from conch.release.gate import Judgement, Role
+from conch.release.gate import Judgement
 from conch.release.model_release import (
     ModelRelease,
     end_inconclusive,
@@ -40,10 +41,11 @@ from conch.release.outcomes import (
     verdicts_of,
     waiting_for,
 )
-from conch.release.prometheus_judge import DRIFT_SCORE_BUCKETS
+from conch.release.signed_actions import readmitted_version, signer
 from conch.release.spec import ReleaseSpec, spec_from_dict, spec_to_json
 from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
+from conch.release.traffic import ReleaseTraffic
 from conch.release.verdicts import READMITTED, Rejection, Verdict, VerdictBook, release_digest
 from conch.repository.model_repository import ModelRepository
 from conch.repository.version_policy import version_folders
@@ -51,7 +53,7 @@ from conch.repository.version_policy import version_folders
 log = logging.getLogger(__name__)
 
 
-class ReleaseController:
+class ReleaseController(ReleaseTraffic):
     """The releases of one repository's models."""
 
     def __init__(
@@ -60,10 +62,10 @@ class ReleaseController:
         store: ReleaseStore | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__()
         self.repository = repository
         self.store = store
         self.clock = clock
-        self.releases: dict[str, ModelRelease] = {}
         #: Called with a model's name when the versions it must keep loaded changed.
         self.on_pinned_changed: Callable[[str], object] | None = None
         #: The verdicts every replica shares (rejections, promotions, approvals), and where new ones go.
@@ -76,88 +78,13 @@ class ReleaseController:
         #: Digests of ended releases whose ``release.yaml`` was seen again (logged once, never started).
         self.ended_seen: set[str] = set()
 
-    # -- what the router and the lifecycle ask ------------------------------------------------------
-
-    def pinned(self, model: str) -> set[int]:
-        """Both versions of an active release (and the candidate after a rollback, for inspection)."""
-        held = self.releases.get(model)
-        if held is None:
-            return set()
-        release = held.release
-        if release.state.active:
-            return {release.baseline, release.spec.candidate}
-        if release.state in (ReleaseState.ROLLED_BACK, ReleaseState.FAILED):
-            return {release.baseline}
-        return {release.spec.candidate}
+    # -- what the lifecycle asks ------------------------------------------------------------------
 
     def rejected(self, model: str) -> dict[int, Rejection]:
         """The versions of ``model`` a rollback rejected; a 503 while the shared store was never read."""
         if self.book.unreadable:
             raise UnavailableError(self.book.unreadable)
         return self.book.of(model).rejected
-
-    def split(self, model: str) -> tuple[int, int, int] | None:
-        """``(baseline, candidate, candidate's percent)`` for requests that name no version, or None
-        when no release decides (Triton's rule: the newest READY version)."""
-        held = self.releases.get(model)
-        if held is None or held.release.state is ReleaseState.PROMOTED:
-            return None  # promoted: the candidate is the newest, and Triton's rule serves it
-        release = held.release
-        return release.baseline, release.spec.candidate, release.weights()[release.spec.candidate]
-
-    def shadow_version(self, model: str, answered: int) -> int | None:
-        """The version a copy of this answer's request runs on, off the client's path, or None.
-
-        In a shadow step every request is copied to the other version; outside one, requests the
-        candidate answered are copied to the baseline, so the canary steps have agreement figures too.
-        """
-        held = self.releases.get(model)
-        if held is None or held.release.state is not ReleaseState.PROGRESSING:
-            return None
-        release = held.release
-        other = release.spec.candidate if answered == release.baseline else release.baseline
-        if answered not in (release.baseline, release.spec.candidate):
-            return None
-        if release.shadow or answered == release.spec.candidate:
-            return other
-        return None
-
-    def compared_outputs(self, model: str) -> tuple[str, ...] | None:
-        held = self.releases.get(model)
-        return None if held is None else held.release.spec.gate.compare
-
-    def role(self, model: str, version: int) -> Role | None:
-        held = self.releases.get(model)
-        if held is None:
-            return None
-        if version == held.release.baseline:
-            return Role.BASELINE
-        return Role.CANDIDATE if version == held.release.spec.candidate else None
-
-    def record_answer(self, model: str, version: int, seconds: float, server_error: bool) -> None:
-        role = self.role(model, version)
-        held = self.releases.get(model)
-        if role is not None and held is not None and held.release.state is ReleaseState.PROGRESSING:
-            held.figures.record_answer(role, seconds, server_error)
-            held.answers[version] += 1
-            held.server_errors[version] += server_error
-
-    def record_comparison(self, model: str, comparison: Comparison) -> None:
-        held = self.releases.get(model)
-        if held is None:
-            return
-        held.compared += 1
-        held.agreements += comparison.agreed
-        if comparison.drift is not None:
-            held.drift_buckets[bisect.bisect_left(DRIFT_SCORE_BUCKETS, comparison.drift)] += 1
-            held.drift_sum += comparison.drift
-        if held.release.state is ReleaseState.PROGRESSING:
-            held.figures.record_comparison(comparison)
-
-    def record_dropped(self, model: str) -> None:
-        held = self.releases.get(model)
-        if held is not None:
-            held.dropped += 1
 
     # -- control ------------------------------------------------------------------------------------
 
@@ -275,6 +202,19 @@ class ReleaseController:
         if count >= step.approvals and release.state is ReleaseState.PAUSED and step.pause:
             return self.act(model, "promote", f"approved by {count} of {step.approvals}")
         return release
+
+    def signed(self, model: str, action: str, body: dict[str, Any], subject: str) -> dict[str, Any]:
+        """``approve`` or ``readmit`` (``{"version": N}``) by ``subject``, a token's ``sub``; without auth,
+        by the body's ``identity``, which nobody verified. Answers the status."""
+        identity = signer(body, subject)
+        if action == "approve":
+            self.approve(model, identity)
+            return self.status(model)
+        version = readmitted_version(body)
+        self.readmit(model, version, identity)
+        if model in self.releases:
+            return self.status(model)
+        return {"model": model, "readmitted": version, "identity": identity}
 
     def readmit(self, model: str, version: int, identity: str) -> None:
         """Let a rejected version serve again (``conch release readmit``); a 400 when it is not rejected."""

@@ -14,7 +14,7 @@ from conch.lifecycle.fingerprint import content_fingerprint
 from conch.lifecycle.model_control import ControlMode, ModelControl
 from conch.observability.events import emit
 from conch.release.controller import ReleaseController
-from conch.release.declarations import reconcile_files
+from conch.release.declarations import reconcile_files, resume_saved
 from conch.release.store import ReleaseStore
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import REJECTED, Verdict
@@ -37,12 +37,15 @@ def default_store(repository: Path) -> str:
 
 
 def release_controller(
-    repository: ModelRepository, control: ModelControl, state_dir: Path, store: VerdictStore
-) -> ReleaseController:
-    """The releases of this repository, saved in ``state_dir`` (``--state-dir``) with their verdicts in
-    ``store``; a release's pinned versions stay loaded, its rejected ones stay out, and
-    ``release.yaml`` files are read after each poll scan."""
-    releases = ReleaseController(repository, ReleaseStore(state_dir))
+    repository: ModelRepository, control: ModelControl, state_dir: str, store_location: str
+) -> tuple[ReleaseController, VerdictStore]:
+    """The releases of this repository, saved in ``state_dir`` (``--state-dir``; empty: ``.conch-state``
+    beside the repository) with their verdicts in the store at ``store_location`` (``--release-store``;
+    empty: :func:`default_store`); a release's pinned versions stay loaded, its rejected ones stay
+    out, and ``release.yaml`` files are read after each poll scan."""
+    saved = Path(state_dir) if state_dir else repository.root.parent / ".conch-state"
+    store = VerdictStore(store_location or default_store(repository.root))
+    releases = ReleaseController(repository, ReleaseStore(saved))
     releases.folders_appear = control.settings.mode is not ControlMode.NONE
     control.pinned = releases.pinned
     control.rejected = releases.rejected
@@ -65,7 +68,15 @@ def release_controller(
 
     releases.on_pinned_changed = reload
     releases.on_verdict = write
-    return releases
+    return releases, store
+
+
+async def take_over(releases: ReleaseController, store: VerdictStore, poll_secs: float) -> None:
+    """Before the models load: the shared verdicts (tried for two polls, 10 s by default), the releases
+    the state dir saved, then what each ``release.yaml`` declares."""
+    await asyncio.to_thread(read_at_start, releases, store, 2 * poll_secs)
+    resume_saved(releases)
+    reconcile_files(releases)
 
 
 def read_at_start(releases: ReleaseController, store: VerdictStore, wait_s: float) -> None:

@@ -35,6 +35,18 @@ class ModelRepository:
             return []
         return sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
+    def table(self) -> str:
+        """The start-up table of models, versions and states, as Triton prints it."""
+        rows = [("Model", "Version", "Status")]
+        for entry in self.index():
+            status = entry["state"] + (f": {entry['reason']}" if entry["reason"] else "")
+            rows.append((entry["name"], entry["version"] or "-", status))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+        cells = [zip(row, widths, strict=True) for row in rows]
+        body = ["| " + " | ".join(c.ljust(w) for c, w in row) + " |" for row in cells]
+        return "\n".join([line, body[0], line, *body[1:], line])
+
     def model(self, name: str) -> Model:
         """The model called ``name``, or a 404 in Triton's words with the closest served names."""
         found = self.models.get(name)

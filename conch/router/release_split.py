@@ -11,10 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping
+from typing import Any
 
 #: The request parameter (and, lowercased, the HTTP header and gRPC metadata key) carrying a route key.
 ROUTE_KEY_PARAMETER = "route_key"
 ROUTE_KEY_HEADER = "conch-route-key"
+
+
+def route_key_of(parameters: Mapping[str, Any]) -> str | None:
+    """A request's route key: its ``route_key``, else its ``sequence_id``, so a sequence stays on one
+    version of a release (the one its key lands on at the step's weight)."""
+    key = parameters.get(ROUTE_KEY_PARAMETER)
+    if key is None:
+        sequence = parameters.get("sequence_id")
+        return f"sequence:{sequence}" if sequence else None
+    return str(key)
 
 
 def pick(
