@@ -337,18 +337,23 @@ def stream_until_answered(server: ServerProcess, head: bytes) -> tuple[bytes, in
     return (answer[0] if answer else b""), sent, time.monotonic() - started
 
 
-@pytest.mark.usefixtures("rss_kept")
-@pytest.mark.parametrize("path, status", [("identity", 413), ("no-such-model", 404)])
-def test_a_10_gib_body_is_answered_before_it_is_read(server: ServerProcess, path: str, status: int) -> None:
-    head = b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (
-        path.encode(),
-        10 * 2**30,
-    )
-    answer, sent, seconds = stream_until_answered(server, head)
+def answered_before_read(server: ServerProcess, model: str, status: int) -> None:
+    """A 10 GiB body declared to ``model`` is answered ``status`` before the body is read."""
+    head = f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {10 * 2**30}\r\n\r\n"
+    answer, sent, seconds = stream_until_answered(server, head.encode())
     assert seconds < 5
     assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:100]
     assert b"connection: close" in answer.lower()
     assert sent < 64 * 2**20, f"{sent} bytes went in before the answer"  # socket buffers, not the body
+
+
+@pytest.mark.usefixtures("rss_kept")
+def test_a_10_gib_body_is_refused_413_before_it_is_read(server: ServerProcess) -> None:
+    answered_before_read(server, "identity", 413)
+
+
+def test_a_10_gib_body_to_an_unknown_model_is_answered_404_before_it_is_read(server: ServerProcess) -> None:
+    answered_before_read(server, "no-such-model", 404)
 
 
 def test_no_100_continue_for_a_body_that_will_be_refused(server: ServerProcess) -> None:

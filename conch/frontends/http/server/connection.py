@@ -305,7 +305,9 @@ class HttpConnection(asyncio.Protocol):
         if not self.waiting:
             if self.parsing is None:
                 self.since = self.loop.time()  # idle from now
-        elif not self.write_paused:
+            return
+        self.outbox.flush()  # this answer's last bytes too, so that write_paused says if the client reads
+        if not self.write_paused:
             self._start(self.waiting.popleft())
             if not self.waiting and not self.refused:
                 self._hold_for_queue(False)
