@@ -259,6 +259,7 @@ class Stub:
         but those the model kept."""
         started = time.perf_counter_ns()
         segments = self.runtime.segments
+        batch_of = self.runtime.outputs.batch_of if self.runtime.outputs else lambda inputs: None
         keep = self.decoupled  # a decoupled model may read its inputs after execute returns
         requests = []
         for entry in message["requests"]:
@@ -277,7 +278,7 @@ class Stub:
                 parameters=entry["parameters"],
             )
             request._key = entry["key"]
-            request._batch = self.runtime.outputs.batch_of(entry["inputs"]) if self.runtime.outputs else None
+            request._batch = batch_of(entry["inputs"])
             requests.append(request)
         if keep and message.get("segment"):
             self.runtime.channel.send({"op": "release", "segment": message["segment"]})
