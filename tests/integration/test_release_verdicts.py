@@ -28,11 +28,13 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.fixtures.gateway_keys import AUTH_FLAGS, write_jwks
 from tests.fixtures.onnx_models import scale_model, slice_flip_model, write_repository
 from tests.integration.load_traffic import Traffic
 from tests.integration.metrics_scrape import scrape
 from tests.integration.s3_store import running_moto
 from tests.integration.server_process import ServerProcess
+from tests.integration.test_gateway_auth import token
 
 CONFIG = 'name: "m"\nmax_batch_size: 8\nversion_policy: { latest: { num_versions: 1 } }\n'
 POLL = ("--model-control-mode", "poll", "--repository-poll-secs", "1", "--release-store-poll-secs", "1")
@@ -229,3 +231,33 @@ def test_a_step_with_two_approvals_waits_for_two_distinct_identities(
     wait_for(server, lambda: release(server)["state"] == "promoted", "two approvals pass the step")
     events = [(e["event"], e["reason"]) for e in release(server)["history"]]
     assert ("approved", "by alice: 1 of 2") in events and ("approved", "by bob: 2 of 2") in events
+
+
+def test_under_jwt_an_approver_is_the_tokens_subject_and_needs_the_admin_scope(
+    start_server: Callable[..., ServerProcess], repository: Path, tmp_path: Path
+) -> None:
+    install(repository, 2, scale_model(1.0))
+    jwks = write_jwks(tmp_path / "jwks.json")
+    server = start_server(
+        repository, *AUTH_FLAGS, "--jwt-jwks", str(jwks), "--state-dir", str(tmp_path / "s")
+    )
+    spec = {"candidate": 2, "baseline": 1, "steps": [{"pause": True, "approvals": 2}, {"weight": 100}]}
+    admin = {"authorization": f"Bearer {token('admin infer', sub='sre-alice')}"}
+    started = server.request("POST", "/v2/models/m/release", json.dumps(spec).encode(), admin)
+    assert started.status == 200, started.body
+    assert all(e["event"] != "warning" for e in started.json()["history"])  # identities are verified
+
+    def approve(headers: dict[str, str], body: bytes = b"") -> Any:
+        return server.request("POST", "/v2/models/m/release/approve", body, headers)
+
+    assert approve({"authorization": f"Bearer {token('infer', sub='intruder')}"}).status == 403
+    assert approve(admin, b'{"identity": "someone-else"}').status == 400  # the token says who
+    assert approve(admin).json()["approvals"]["by"] == ["sre-alice"]
+    assert approve(admin).status == 400  # the same subject twice does not count
+    bob = {"authorization": f"Bearer {token('admin', sub='sre-bob')}"}
+    assert approve(bob).status == 200
+
+    def state() -> str:
+        return str(server.request("GET", "/v2/models/m/release", headers=admin).json()["state"])
+
+    wait_for(server, lambda: state() == "promoted", "two verified approvals pass the step")
