@@ -4,7 +4,9 @@ Triton's classification extension (``InferRequestedOutput(name, class_count=k)``
 ``"score:index:label"`` when the output's ``label_filename`` names a file of one label per line. The
 file is written into the version folder, because versions may be fitted on different classes and each
 must keep its own; conch looks for ``label_filename`` in the serving version's folder first, then in
-the model folder, where Triton looks (``conch.frontends.classified_outputs``).
+the model folder, where Triton looks (``conch.frontends.classified_outputs``). Triton refuses to load
+a model whose label file is missing, so the first export of a model also writes a copy into the model
+folder: Triton then loads it and names the classes of that export.
 """
 
 from __future__ import annotations

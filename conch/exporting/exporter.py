@@ -98,6 +98,8 @@ def export(
         if plan.write and conversion.column_inputs:
             _record_column_inputs(plan.config, conversion.column_inputs)
         write_labels(staging.version_dir, conversion.classes)
+        if not model_dir.exists():
+            write_labels(staging.root, conversion.classes)  # where Triton looks: see class_labels
         name_labels(plan.config, conversion.classes, plan.write)
         _report_config(plan, model_dir)
         if plan.write:

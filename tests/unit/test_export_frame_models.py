@@ -171,6 +171,8 @@ def test_classes_are_recorded_and_each_version_keeps_its_labels(tmp_path: Path) 
         served = labels_for(tmp_path / "churn", "probabilities_labels.txt", "churn", version_dir)
         assert served == classes  # what the classification extension names, version by version
     assert 'label_filename: "probabilities_labels.txt"' in (tmp_path / "churn" / "config.pbtxt").read_text()
+    first_classes = [str(c) for c in first.classes_]  # Triton reads the model folder's copy: the first's
+    assert (tmp_path / "churn" / "probabilities_labels.txt").read_text().splitlines() == first_classes
 
 
 def test_validate_names_a_missing_locale_as_the_cause(tmp_path: Path) -> None:
