@@ -137,15 +137,32 @@ def test_a_connection_past_its_age_is_sent_away(aging_server: ServerProcess) -> 
     assert peer.closed_at is not None
 
 
+def client_ports(server_port: int) -> set[int]:
+    """This host's ports with a TCP connection established to ``server_port`` (``/proc/net/tcp*``)."""
+    ports = set()
+    lines = [
+        *Path("/proc/net/tcp").read_text().splitlines()[1:],
+        *Path("/proc/net/tcp6").read_text().splitlines()[1:],
+    ]
+    for line in lines:
+        local, remote, state = line.split()[1:4]
+        if state == "01" and int(remote.split(":")[1], 16) == server_port:
+            ports.add(int(local.split(":")[1], 16))
+    return ports
+
+
 def test_unary_calls_keep_working_across_the_connections_age(aging_server: ServerProcess) -> None:
     answers = []
+    seen: set[int] = set()
     with grpcclient.InferenceServerClient(aging_server.grpc_url) as client:
         deadline = time.monotonic() + 2.5  # past two ages: the client moves to a new connection
         while time.monotonic() < deadline and len(answers) < 400:
             answers.append(plain_call(client, float(len(answers))))
+            seen |= client_ports(aging_server.grpc_port)
             time.sleep(0.01)
     assert answers == [float(index) for index in range(len(answers))]
     assert len(answers) >= 10
+    assert len(seen) >= 2, "the client kept one connection: it never reached its age"
 
 
 def test_an_open_sequence_stream_outlives_the_connections_age(aging_server: ServerProcess) -> None:
