@@ -12,9 +12,9 @@ Three attacks, each against a fresh ``conch serve`` on loopback:
   up to twice ``--http-max-connections``, while normal clients from 127.0.0.1 infer. Prints the
   normal clients' success rate during the attack.
 
-``--source DIR`` serves another checkout's ``conch`` package (``git archive REV conch | tar -x -C
-DIR``): the way to measure the same attacks before a change. Figures go to stdout and, with
-``--report``, to ``bench/results/``.
+``--baseline DIR`` measures another checkout's ``conch`` package first (``git archive REV conch |
+tar -x -C DIR``): the same attacks before a change. Figures go to stdout and, with ``--report``, to
+``bench/results/``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ import psutil
 from onnx import TensorProto, helper, numpy_helper
 
 from bench.peers import serve_conch
-from bench.run import RESULTS, conch_revision, describe_machine, write_report
+from bench.run import RESULTS, describe_machine, write_report
 from bench.servers import ServerProcess
 
 #: FP32 elements of the ``tile`` model's answer.
@@ -245,28 +246,37 @@ CASES: dict[str, Callable[[ServerProcess, argparse.Namespace], dict[str, float]]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--source", type=Path, help="a checkout whose conch package is served")
+    parser.add_argument("cases", nargs="*", help=f"of {', '.join(CASES)}; all when none is named")
+    parser.add_argument("--baseline", type=Path, help="also serve this checkout's conch package, first")
     parser.add_argument("--hold-secs", type=float, default=15.0)
     parser.add_argument("--attack-secs", type=float, default=30.0)
     parser.add_argument("--max-connections", type=int, default=100)
     parser.add_argument("--report", action="store_true", help="write the figures to bench/results/")
     args = parser.parse_args(argv)
-    lines = [f"conch {args.source or conch_revision()}", *describe_machine()]
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        parser.error(f"no case {', '.join(sorted(unknown))}; choose from {', '.join(CASES)}")
+    started = datetime.now(UTC)
+    sources: list[tuple[str, Path | None]] = [("this checkout", None)]
+    if args.baseline is not None:
+        sources.insert(0, (f"baseline {args.baseline}", args.baseline.resolve()))
+    lines = [f"# Hostile clients, {started.strftime('%Y-%m-%d %H:%M UTC')}", "", *describe_machine(), ""]
     with tempfile.TemporaryDirectory() as workdir:
         repository = tile_repository(Path(workdir) / "models")
-        for case in args.cases:
-            extra = ["--http-max-connections", str(args.max_connections)]
-            server = serve_conch(repository, Path(workdir) / case, extra=extra)
-            if args.source is not None:  # ``python -m`` puts the working folder first on the path
-                server.cwd = args.source.resolve()
-            with server:
-                figures = CASES[case](server, args)
-            line = f"{case}: " + ", ".join(f"{key} {value:.1f}" for key, value in figures.items())
-            print(line, flush=True)
-            lines.append(line)
+        for case in args.cases or list(CASES):
+            for index, (name, source) in enumerate(sources):
+                extra = ["--http-max-connections", str(args.max_connections)]
+                server = serve_conch(repository, Path(workdir) / f"{case}-{index}", extra=extra)
+                server.cwd = source  # ``python -m`` puts the working folder first on the path
+                with server:
+                    figures = CASES[case](server, args)
+                shown = ", ".join(f"{key} {value:.1f}" for key, value in figures.items())
+                line = f"- {case}, {name}: {shown}"
+                print(line, flush=True)
+                lines.append(line)
     if args.report:
-        write_report("\n".join(lines) + "\n", RESULTS, "hostile_clients", " ".join(sys.argv))
+        stem = started.strftime("%Y-%m-%d-%H%M%S") + "-hostile-clients.md"
+        write_report("\n".join(lines) + "\n", RESULTS, stem, " ".join(sys.argv))
     return 0
 
 

@@ -4,10 +4,12 @@ a request must arrive (pace), whose word names the client (peers), what a head m
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server.admission import Holding, admit, near_cap
+from conch.frontends.http.server.admission import Admission, Holding, admit, near_cap
 from conch.frontends.http.server.pace import RequestPace
 from conch.frontends.http.server.peers import TrustedProxies
 from conch.frontends.http.server.request_heads import head_problem
@@ -17,21 +19,27 @@ def slow(slot: str, client: str, rate: float = 1.0) -> Holding[str]:
     return Holding(slot, client, evictable=True, incomplete=True, rate=rate)
 
 
+def verdict_on(newcomer: str, others: list[Holding[str]], cap: int) -> Admission[str]:
+    """The rule's verdict with ``others`` held, counted by client as the server counts them."""
+    held = Counter(each.client for each in others)
+    return admit(newcomer, held, len(others), cap, lambda: others)
+
+
 def test_far_from_the_cap_anyone_is_admitted_whoever_holds_the_rest() -> None:
     others = [slow(f"a{i}", "attacker") for i in range(80)]
-    assert admit("attacker", others, cap=100).admitted
+    assert verdict_on("attacker", others, cap=100).admitted
     assert not near_cap(90, 100) and near_cap(91, 100)
 
 
 def test_at_the_cap_a_newcomer_takes_the_slowest_request_of_a_client_over_its_share() -> None:
     others = [slow(f"a{i}", "attacker", rate=10.0 + i) for i in range(99)] + [slow("n0", "normal")]
-    verdict = admit("normal", others, cap=100)
+    verdict = verdict_on("normal", others, cap=100)
     assert verdict.admitted and verdict.evict == "a0"  # the slowest of the attacker's, not normal's
 
 
 def test_a_client_over_its_share_near_the_cap_is_refused() -> None:
     others = [slow(f"a{i}", "attacker") for i in range(95)] + [slow("n0", "normal")]
-    verdict = admit("attacker", others, cap=100)  # two clients: a share of 50 each
+    verdict = verdict_on("attacker", others, cap=100)  # two clients: a share of 50 each
     assert not verdict.admitted and verdict.evict is None
     assert "share (50)" in verdict.reason
 
@@ -40,17 +48,25 @@ def test_answers_being_made_are_never_evicted_and_idle_ones_go_after_incomplete_
     busy = [Holding(f"b{i}", "attacker", evictable=False, incomplete=False) for i in range(98)]
     idle = Holding("idle", "attacker", evictable=True, incomplete=False, idle_secs=30.0)
     incomplete = slow("incomplete", "attacker", rate=5000.0)
-    verdict = admit("normal", [*busy, idle, incomplete], cap=100)
+    verdict = verdict_on("normal", [*busy, idle, incomplete], cap=100)
     assert verdict.evict == "incomplete"
-    verdict = admit("normal", [*busy, idle, Holding("b", "attacker", False, False)], cap=100)
+    verdict = verdict_on("normal", [*busy, idle, Holding("b", "attacker", False, False)], cap=100)
     assert verdict.evict == "idle"
-    assert not admit("normal", [*busy, *busy[:2]], cap=100).admitted  # nothing may go: a 503
+    assert not verdict_on("normal", [*busy, *busy[:2]], cap=100).admitted  # nothing may go: a 503
+
+
+def test_a_client_over_its_share_is_refused_without_a_look_at_every_connection() -> None:
+    def listed() -> list[Holding[str]]:
+        raise AssertionError("the connections were listed")
+
+    held = Counter({"attacker": 95, "normal": 5})
+    assert not admit("attacker", held, 100, 100, listed).admitted
 
 
 def test_a_lone_client_may_take_every_slot() -> None:
     others = [slow(f"a{i}", "only") for i in range(99)]
-    assert admit("only", others, cap=100).admitted
-    assert not admit("only", [*others, slow("last", "only")], cap=100).admitted
+    assert verdict_on("only", others, cap=100).admitted
+    assert not verdict_on("only", [*others, slow("last", "only")], cap=100).admitted
 
 
 LIMITS = HttpLimits(slow_client_timeout_secs=10, min_body_rate=1000, request_timeout_secs=60)

@@ -12,7 +12,7 @@ incomplete request of that client.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -49,19 +49,20 @@ def near_cap(connections: int, cap: int) -> bool:
     return connections > cap - max(1, cap // 10)
 
 
-def admit(newcomer: str, others: list[Holding[Slot]], cap: int) -> Admission[Slot]:
-    """Whether a connection from ``newcomer`` may be held beside ``others`` under ``cap``."""
-    total = len(others) + 1
-    if not near_cap(total, cap):
+def admit(
+    newcomer: str, held: Mapping[str, int], total: int, cap: int, others: Callable[[], list[Holding[Slot]]]
+) -> Admission[Slot]:
+    """Whether a connection from ``newcomer`` may be held beside the ``total`` connections that
+    ``held`` counts by client. ``others`` lists them, and is called only when one must make room, so
+    a client over its share is refused without a look at every connection."""
+    if not near_cap(total + 1, cap):
         return Admission(True)
-    held = Counter(holding.client for holding in others)
-    held[newcomer] += 1
-    share = max(1, cap // len(held))
-    if held[newcomer] > share:
+    share = max(1, cap // (len(held) + (newcomer not in held)))
+    if held.get(newcomer, 0) + 1 > share:
         return Admission(False, reason=f"this client holds its share ({share}) of the connections")
-    if total <= cap:
+    if total + 1 <= cap:
         return Admission(True)
-    over = [each for each in others if each.evictable and held[each.client] > share]
+    over = [each for each in others() if each.evictable and held.get(each.client, 0) > share]
     if not over:
         return Admission(False, reason="the server holds every connection it may")
     victim = min(over, key=_eviction_order)

@@ -97,14 +97,11 @@ class HttpConnection(asyncio.Protocol):
         self.address = peer_address(transport.get_extra_info("sockname"))
         self.identity = self.client[0] if self.client else ""
         refused = self.server.admit(self)
-        self.server.connections.add(self)
         if refused is not None:
             self.refuse(503, refused)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
-        if self.refused:
-            self.server.lingering -= 1
+        self.server.forget(self)
         for exchange in (self.answering, self.parsing, *self.waiting):
             if exchange is not None:
                 exchange.lose()
@@ -211,9 +208,10 @@ class HttpConnection(asyncio.Protocol):
         client = self.client
         proxies = self.server.proxies
         if proxies and client is not None:
-            self.identity = proxies.client_of(client[0], self._headers)
-            if self.identity != client[0]:
-                client = (self.identity, 0)
+            named = proxies.client_of(client[0], self._headers)
+            self.server.rename(self, named)
+            if named != client[0]:
+                client = (named, 0)
         method = parser.get_method().decode("ascii")
         scope = http_scope(method, self._url, http_version, self._headers, client, self.address)
         if scope is None:
@@ -369,7 +367,7 @@ class HttpConnection(asyncio.Protocol):
     def _stop_reading_requests(self) -> None:
         if not self.refused:
             self.refused = True
-            self.server.lingering += 1
+            self.server.release(self)
 
     def _send_refusal(self, status: int, message: str) -> None:
         self._pending_refusal = None

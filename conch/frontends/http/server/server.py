@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server.admission import admit, near_cap
+from conch.frontends.http.server.admission import Holding, admit, near_cap
 from conch.frontends.http.server.connection import HttpConnection
 from conch.frontends.http.server.heads import Clock
 from conch.frontends.http.server.outbox import Outbox
@@ -52,6 +53,8 @@ class HttpServer:
         self.connections: set[HttpConnection] = set()
         #: Connections refused (or closing) that still read for a moment: they hold no slot.
         self.lingering = 0
+        #: The connections that hold a slot, by client (:attr:`HttpConnection.identity`).
+        self.clients: Counter[str] = Counter()
         #: Set by :meth:`serve`, on the loop it serves on.
         self.outbox: Outbox = None  # type: ignore[assignment]
         self.stopping = False
@@ -108,19 +111,57 @@ class HttpServer:
             asyncio.get_running_loop().call_later(self._tick_secs, self._sweep)
 
     def admit(self, newcomer: HttpConnection) -> str | None:
-        """None when ``newcomer`` may be held (another client's slowest request may make room for it,
-        :mod:`admission`), else why it is refused."""
-        cap = self.limits.max_connections
-        if not near_cap(len(self.connections) - self.lingering + 1, cap):
+        """Holds ``newcomer``; None, or why it must be refused (:mod:`admission`). Another client's
+        slowest request may give up its slot for it."""
+        cap, held = self.limits.max_connections, len(self.connections) - self.lingering
+        self.connections.add(newcomer)
+        verdict = None
+        if near_cap(held + 1, cap):
+            verdict = admit(newcomer.identity, self.clients, held, cap, lambda: self._holdings(newcomer))
+            if verdict.evict is not None:
+                evict(verdict.evict)
+        self.clients[newcomer.identity] += 1
+        if verdict is None or verdict.admitted:
             return None
+        return f"{verdict.reason}: at most {cap} in all (--http-max-connections); retry later"
+
+    def release(self, connection: HttpConnection) -> None:
+        """``connection`` is refused or closing: it lingers a moment, holding no slot."""
+        self.lingering += 1
+        self._let_go(connection.identity)
+
+    def forget(self, connection: HttpConnection) -> None:
+        self.connections.discard(connection)
+        if connection.refused:
+            self.lingering -= 1
+        else:
+            self._let_go(connection.identity)
+
+    def rename(self, connection: HttpConnection, identity: str) -> None:
+        """A trusted proxy named ``connection``'s client: its slot counts as that client's."""
+        if identity != connection.identity and not connection.refused:
+            self._let_go(connection.identity)
+            self.clients[identity] += 1
+        connection.identity = identity
+
+    def _let_go(self, identity: str) -> None:
+        left = self.clients[identity] - 1
+        if left > 0:
+            self.clients[identity] = left
+        else:
+            del self.clients[identity]
+
+    def _holdings(self, newcomer: HttpConnection) -> list[Holding[HttpConnection]]:
         now = asyncio.get_running_loop().time()
-        others = [holding(each, now) for each in self.connections if not each.refused]
-        verdict = admit(newcomer.identity, others, cap)
-        if verdict.evict is not None:
-            evict(verdict.evict)
-        if verdict.admitted:
-            return None
-        return f"{verdict.reason}: the server holds at most {cap} (--http-max-connections); retry later"
+        return [holding(each, now) for each in self.connections if each is not newcomer and not each.refused]
+
+    def let_go(self, identity: str) -> None:
+        """A connection of ``identity`` no longer holds a slot (refused, closed, or named anew)."""
+        left = self.clients[identity] - 1
+        if left > 0:
+            self.clients[identity] = left
+        else:
+            del self.clients[identity]
 
     def answered(self, connection: HttpConnection, exchange: Exchange) -> None:
         if self.access_log:
