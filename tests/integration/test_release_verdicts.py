@@ -250,14 +250,15 @@ def test_under_jwt_an_approver_is_the_tokens_subject_and_needs_the_admin_scope(
     def approve(headers: dict[str, str], body: bytes = b"") -> Any:
         return server.request("POST", "/v2/models/m/release/approve", body, headers)
 
+    def state() -> str:
+        return str(server.request("GET", "/v2/models/m/release", headers=admin).json()["state"])
+
+    wait_for(server, lambda: state() == "paused", "the release waits at its pause step")
+
     assert approve({"authorization": f"Bearer {token('infer', sub='intruder')}"}).status == 403
     assert approve(admin, b'{"identity": "someone-else"}').status == 400  # the token says who
     assert approve(admin).json()["approvals"]["by"] == ["sre-alice"]
     assert approve(admin).status == 400  # the same subject twice does not count
     bob = {"authorization": f"Bearer {token('admin', sub='sre-bob')}"}
     assert approve(bob).status == 200
-
-    def state() -> str:
-        return str(server.request("GET", "/v2/models/m/release", headers=admin).json()["state"])
-
     wait_for(server, lambda: state() == "promoted", "two verified approvals pass the step")
