@@ -19,6 +19,21 @@ from conch.release.state import Release
 SUFFIX = ".release.json"
 
 
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all: written beside it, synced, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 class ReleaseStore:
     """Saves and loads releases in one folder, created on the first save."""
 
@@ -36,19 +51,8 @@ class ReleaseStore:
 
     def save(self, model: str, release: Release, now: float) -> None:
         """Write ``model``'s release as of ``now``, replacing the one saved before, atomically."""
-        path = self.path_for(model)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps(release.to_json(now), indent=2, sort_keys=True)
-        handle, temporary = tempfile.mkstemp(dir=self.state_dir, prefix=f".{model}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_whole(self.path_for(model), text.encode())
 
     def load(self, model: str, now: float) -> Release | None:
         """``model``'s saved release, resumed at ``now``; ``None`` when none was saved."""

@@ -15,10 +15,10 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from conch.release.store import write_whole
 from conch.release.verdicts import Verdict
 from conch.repository.object_store import (
     ObjectStoreError,
@@ -69,18 +69,7 @@ class _Folder:
         return (self.root / key).read_bytes()
 
     def write(self, key: str, body: bytes) -> None:
-        path = self.root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(body)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_whole(self.root / key, body)
 
 
 class _Bucket:
