@@ -87,7 +87,10 @@ def export(
     model_dir = repository / name
     number = _version_number(model_dir, version)
     if is_text_classifier(model):
-        return export_text_classifier(model, sample, model_dir, number, max_batch_size, described)
+        export_text_classifier(model, sample, model_dir, number, max_batch_size, described)
+        if reference is not None:
+            _record_expected_agreement(model_dir, number, reference)
+        return model_dir / str(number)
     log.info("converting %s to ONNX", type(model).__name__)
     conversion = convert(model, sample)
     repository.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,11 @@ def export_text_classifier(
     return model_dir / str(number)
 
 
+def is_exported_text_classifier(version_dir: Path) -> bool:
+    """A version folder this module wrote (its runner's settings are there)."""
+    return (version_dir / runner.SETTINGS_FILENAME).is_file()
+
+
 def measure_text_versions(model_dir: Path, candidate: int, against: int, reference: Any) -> Any:
     """The expected agreement of two text-classifier versions on reference texts (a list, a Series or a
     one-column frame): the release gate's comparison (``compare_outputs``), one text taken as one

@@ -10,8 +10,9 @@ against is the last promoted one when the release store names one, else the high
 folder that no release rejected. The candidate is also run against itself, which gives its prediction
 noise (``self_agreement``, 1 for a deterministic model).
 
-Only ONNX versions are compared: a Python-backend model may compute anything, and re-running it is
-not free, so it gets no figure and its gate uses the default.
+Only ONNX versions and exported text classifiers are compared (the latter by their served runner,
+:func:`conch.exporting.text_classifier.measure_text_versions`): any other Python-backend model may
+compute anything, and re-running it is not free, so it gets no figure and its gate uses the default.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def record_expected_agreement(
 def measure(model_dir: Path, candidate: int, against: int, reference: Any) -> ExpectedAgreement:
     """Agreement of ``candidate`` with ``against`` on ``reference`` (a DataFrame, an array, a mapping
     of input name to array, or a ``.csv``, ``.parquet``, ``.npy`` or ``.npz`` file)."""
+    from conch.exporting import text_classifier
+
+    if text_classifier.is_exported_text_classifier(model_dir / str(candidate)):
+        return text_classifier.measure_text_versions(model_dir, candidate, against, _loaded(reference))
     try:
         new, old = read_source(model_dir, candidate), read_source(model_dir, against)
     except OptimizeError as exc:

@@ -9,6 +9,7 @@ Text that is not UTF-8 is a 400 naming the input (docs/export.md).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -168,13 +170,19 @@ def test_two_versions_get_the_gates_expected_agreement(exported: tuple[Path, Any
     _, first = exported
     export(first, CORPUS[:4], repository=tmp_path, name="reviews")
     export(first, CORPUS[4:], repository=tmp_path, name="reviews")
-    export(review_pipeline(tmp_path, seed=3), CORPUS[:4], repository=tmp_path, name="reviews")
     texts = [f"{a} {b}" for a in CORPUS for b in CORPUS] * 2
+    flipped = copy.deepcopy(first)
+    with torch.no_grad():  # logits negated: every text's first label becomes its last
+        flipped.model.classifier.weight.neg_()
+        flipped.model.classifier.bias.neg_()
+    third = export(flipped, CORPUS[:4], repository=tmp_path, name="reviews", reference=texts)
+    recorded = read_metadata(third).extra["expected_agreement"]
+    assert (recorded["against_version"], recorded["rows"]) == (2, 200)
 
     same = measure_text_versions(tmp_path / "reviews", 2, 1, texts)
     other = measure_text_versions(tmp_path / "reviews", 3, 1, pd.Series(texts))
 
     assert (same.value, same.rows, same.against_version, same.self_agreement) == (1.0, 200, 1, 1.0)
-    assert other.rows == 200 and other.value < 1.0 and other.lower <= other.value <= other.upper
+    assert (other.value, other.rows, other.lower) == (0.0, 200, 0.0) and other.upper < 0.02
     with pytest.raises(ValueError, match="give at least 200"):
         measure_text_versions(tmp_path / "reviews", 2, 1, texts[:20])
