@@ -7,10 +7,13 @@ import gzip
 import zlib
 from typing import Any
 
+import grpc
 import pytest
 
 from conch.core.errors import InvalidArgumentError, TooLargeError
+from conch.frontends.grpc.status import status_of
 from conch.frontends.http.body import read_body
+from conch.frontends.http.replies import refusal
 
 PAYLOAD = b'{"inputs": []}' * 100
 
@@ -59,6 +62,21 @@ def test_body_over_the_limit() -> None:
         read(PAYLOAD, limit=1000)
 
 
+def test_too_large_is_413_over_http_and_resource_exhausted_over_grpc() -> None:
+    error = TooLargeError("request body is larger than the 10 byte limit")
+    assert refusal(error)[0] == 413
+    assert status_of(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_a_byte_is_read() -> None:
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("the body was read")
+
+    scope: dict[str, Any] = {"type": "http", "headers": [(b"content-length", b"10737418240")]}
+    with pytest.raises(TooLargeError, match="request body of 10737418240 bytes"):
+        asyncio.run(read_body(scope, receive, 1000))
+
+
 def test_body_exactly_at_the_limit() -> None:
     assert read(PAYLOAD, limit=len(PAYLOAD)) == PAYLOAD
 
@@ -68,9 +86,7 @@ def test_inflated_body_over_the_limit() -> None:
     bomb = gzip.compress(b"\x00" * 1_000_000)
     assert len(bomb) < 10_000
 
-    with pytest.raises(
-        TooLargeError, match="inflated request body is larger than the 10000 byte limit"
-    ):
+    with pytest.raises(TooLargeError, match="inflated request body is larger than the 10000 byte limit"):
         read(bomb, "gzip", limit=10_000)
 
 
