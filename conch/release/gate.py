@@ -92,11 +92,15 @@ class StepFigures:
     Record answers that the version is responsible for: successes and server errors. A client error
     (a 400) says nothing about a version and is not recorded. Latencies are those of successful
     answers only, like ``conch_inference_request_duration_seconds``: a candidate that fails fast must
-    not look faster.
+    not look faster. A version's first ``warming`` answers of the release are counted but not timed:
+    a version loaded for the release answers its first few hundred requests up to 3 times slower
+    (ONNX Runtime's first runs, a cold instance), which is not the version's speed.
     """
 
-    def __init__(self, drift_threshold: float) -> None:
+    def __init__(self, drift_threshold: float, warming: int = 0) -> None:
         self.drift_threshold = drift_threshold
+        self.warming = warming
+        self._answered = dict.fromkeys(Role, 0)  # over the release: not reset with each step
         self.reset()
 
     def reset(self) -> None:
@@ -111,9 +115,10 @@ class StepFigures:
         """One answer of ``role``'s version, which took ``seconds`` end to end."""
         tally = self._tallies[role]
         tally.requests += 1
+        self._answered[role] += 1
         if server_error:
             tally.server_errors += 1
-        else:
+        elif self._answered[role] > self.warming:
             tally.latencies.observe(seconds)
 
     def record_comparison(self, comparison: Comparison) -> None:
@@ -203,8 +208,9 @@ class Check:
     """One figure against its limit. ``value`` is None when there is no data for it.
 
     The sequential gate adds the figure's bound (``lower``, ``upper``), its ``noise`` floor where one
-    is known, why it is still pending (``detail``), and whether a pending check may still end its step
-    (``settles``: a service figure whose estimate keeps its limit; agreement and drift must pass).
+    is known, why it is still pending or what proved its failure (``detail``), and whether a pending
+    check may still end its step (``settles``: a service figure whose estimate keeps its limit;
+    agreement and drift must pass).
     """
 
     name: str
@@ -224,7 +230,6 @@ class Check:
 
     def to_json(self) -> dict[str, Any]:
         """The check as the release status and ``conch release gate`` show it."""
-        pending = self.outcome is Outcome.PENDING
         return {
             "name": self.name,
             "value": self.value,
@@ -233,7 +238,7 @@ class Check:
             "lower": self.lower,
             "upper": self.upper,
             "noise": self.noise,
-            "detail": self.detail if pending else "",
+            "detail": "" if self.outcome is Outcome.PASSED else self.detail,
         }
 
     def __str__(self) -> str:
@@ -241,7 +246,7 @@ class Check:
         if self.lower is not None and self.upper is not None:
             value += f" [{self.lower:.4g}, {self.upper:.4g}]"
         text = f"{self.name} {value} (limit {self.limit:g}): {self.outcome}"
-        return f"{text}, {self.detail}" if self.detail and self.outcome is Outcome.PENDING else text
+        return f"{text}, {self.detail}" if self.detail and self.outcome is not Outcome.PASSED else text
 
 
 @dataclass(frozen=True)

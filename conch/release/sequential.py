@@ -14,8 +14,9 @@ step, is at most its ``alpha``.
 - **Latency**: looks only when the smaller sample has doubled (200, 400, 800... answers: a P95 read
   from fewer rests on fewer than 10 answers above it), and the ``k``-th look spends
   ``alpha * 6 / (pi**2 * k**2)``: the sum over every look is ``alpha``. At a look, the log ratio of
-  the P95s gets a noise figure from random splits of the baseline's own samples (a version against
-  itself), so no replay is needed.
+  the P95s, and a rank test of the candidate's latencies divided by the minimum effect size, get
+  their noise from random splits of the baseline's own samples (a version against itself), so no
+  replay is needed.
 """
 
 from __future__ import annotations
@@ -146,15 +147,22 @@ def quantile_of(histogram: LatencyHistogram, counts: np.ndarray, q: float) -> fl
 
 @dataclass(frozen=True)
 class LatencyComparison:
-    """The log P95 ratio of candidate over baseline, and its noise from the baseline against itself.
+    """Two tests of the candidate's latencies against the baseline's, with their noise from the
+    baseline against itself, at this look's share of alpha (half to each test).
 
-    ``noise`` is the standard deviation of the log ratio at these sample sizes; ``bound`` how far the
-    log ratio may be off at this look's share of alpha (``z * noise``).
+    - ``log_ratio``: log of candidate P95 / baseline P95; ``noise`` its standard deviation at these
+      sample sizes, ``bound`` how far it may be off (``z * noise``).
+    - ``rank_excess``: P(candidate latency / (1 + max_increase) > baseline latency) - 1/2, the rank
+      (Mann-Whitney) statistic of the candidate slowed by more than the minimum effect size; above
+      ``rank_bound``, the whole candidate distribution is slower than that: a rise that the P95 of a
+      few hundred answers is too noisy to prove.
     """
 
     log_ratio: float
     noise: float
     bound: float
+    rank_excess: float = 0.0
+    rank_bound: float = math.inf
 
     @property
     def increase(self) -> float:
@@ -162,15 +170,35 @@ class LatencyComparison:
         return math.exp(self.log_ratio) - 1
 
 
+def _centres(histogram: LatencyHistogram) -> np.ndarray:
+    """Each bucket's middle (its lower bound for a last bucket of ``inf``)."""
+    upper = np.asarray(histogram.bounds, dtype=np.float64)
+    lower = np.concatenate([[histogram.lowest], upper[:-1]])
+    return np.where(np.isinf(upper), lower, (lower + upper) / 2)
+
+
+def rank_statistic(base_at: np.ndarray, base: np.ndarray, cand_at: np.ndarray, cand: np.ndarray) -> float:
+    """P(candidate > baseline) + P(equal) / 2 of two samples given as counts at (sorted) values."""
+    cumulative = np.concatenate([[0.0], np.cumsum(base, dtype=np.float64)])
+    below = cumulative[np.searchsorted(base_at, cand_at, side="left")]
+    equal = cumulative[np.searchsorted(base_at, cand_at, side="right")] - below
+    return float((cand * (below + equal / 2)).sum() / (cand.sum() * base.sum()))
+
+
 def compare_latency(
-    baseline: LatencyHistogram, candidate: LatencyHistogram, alpha: float, seed: int = 0
+    baseline: LatencyHistogram,
+    candidate: LatencyHistogram,
+    alpha: float,
+    max_increase: float = 0.0,
+    seed: int = 0,
 ) -> LatencyComparison | None:
-    """Compare the P95s of two versions' latencies from the same window (the same buckets).
+    """Compare two versions' latencies from the same window (the same buckets): their P95s, and their
+    ranks with the candidate's divided by ``1 + max_increase``.
 
     The noise comes from :data:`NOISE_SPLITS` random splits of the baseline's answers into two groups
-    (a hypergeometric draw of the bucket counts): the spread of their log P95 ratio, rescaled from the
-    split's group sizes to the two versions' counts (the variance of a quantile falls as ``1 / n``).
-    None when a version has no answer or the baseline too few to split.
+    (a hypergeometric draw of the bucket counts): the spread of each statistic between the two
+    groups, rescaled from the split's group sizes to the two versions' counts (the variance of both
+    falls as ``1 / n``). None when a version has no answer or the baseline too few to split.
     """
     if baseline.bounds != candidate.bounds:
         raise ValueError("the two histograms must have the same buckets")
@@ -180,20 +208,24 @@ def compare_latency(
     p95_base, p95_cand = quantile_of(baseline, base, 0.95), quantile_of(candidate, cand, 0.95)
     if not p95_base or not p95_cand or n_base < 2 * 10:
         return None
+    at = _centres(baseline)
     rng = np.random.default_rng(seed)
     part = min(n_cand, n_base // 2)
-    splits = []
+    ratios, ranks = [], []
     for _ in range(NOISE_SPLITS):
         one = rng.multivariate_hypergeometric(base, part)
         first, second = quantile_of(baseline, one, 0.95), quantile_of(baseline, base - one, 0.95)
         if first and second:
-            splits.append(math.log(first / second))
-    if len(splits) < NOISE_SPLITS // 2:
+            ratios.append(math.log(first / second))
+            ranks.append(rank_statistic(at, base - one, at, one))
+    if len(ratios) < NOISE_SPLITS // 2:
         return None
-    per_answer = float(np.var(splits)) / (1 / part + 1 / (n_base - part))
-    noise = math.sqrt(per_answer * (1 / n_cand + 1 / n_base))
-    z = NormalDist().inv_cdf(1 - alpha)
-    return LatencyComparison(math.log(p95_cand / p95_base), noise, z * noise)
+    scale = (1 / n_cand + 1 / n_base) / (1 / part + 1 / (n_base - part))
+    noise = math.sqrt(float(np.var(ratios)) * scale)
+    rank_noise = math.sqrt(float(np.var(ranks)) * scale)
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    excess = rank_statistic(at, base, at / (1 + max_increase), cand) - 0.5
+    return LatencyComparison(math.log(p95_cand / p95_base), noise, z * noise, excess, z * rank_noise)
 
 
 @dataclass
@@ -206,10 +238,12 @@ class LatencyLooks:
 
 
 def latency_verdict(comparison: LatencyComparison, max_increase: float) -> str:
-    """Beyond when even the low end of the ratio is above ``1 + max_increase`` (the minimum effect
-    size); within when the high end is not above it."""
+    """Beyond when even the low end of the P95 ratio is above ``1 + max_increase`` (the minimum effect
+    size), or the candidate's latencies divided by it still rank above the baseline's; within when the
+    high end of the P95 ratio is not above it."""
     limit = math.log1p(max_increase)
-    if comparison.log_ratio - comparison.bound > limit:
+    slower = comparison.rank_excess - comparison.rank_bound > 0
+    if comparison.log_ratio - comparison.bound > limit or slower:
         return Verdict.BEYOND
     if comparison.log_ratio + comparison.bound <= limit:
         return Verdict.WITHIN

@@ -64,7 +64,9 @@ def _agreement(figures: GateFigures, limits: GateLimits) -> Check:
     limit = max(0.0, limits.min_agreement - limits.agreement_noise)
     bound = rate_bound(figures.agreements, figures.compared, limits.alpha)
     verdict = rate_verdict(figures.agreements, figures.compared, limit, limits.alpha, at_least=True)
-    detail = f"{figures.compared:.0f} compared, bound straddles {limit:g}"
+    detail = (
+        f"{figures.compared:.0f} compared, bound straddles {limit:g}" if verdict == Verdict.UNSURE else ""
+    )
     return Check(
         "agreement",
         bound.estimate,
@@ -83,7 +85,9 @@ def _drift(figures: GateFigures, limits: GateLimits) -> Check:
     bound = rate_bound(figures.drifted, figures.drift_scored, limits.alpha)
     verdict = rate_verdict(figures.drifted, figures.drift_scored, limit, limits.alpha, at_least=False)
     no_data = figures.drift_scored <= 0 and figures.compared > 0  # no float output to score
-    detail = f"{figures.drift_scored:.0f} scored, bound straddles {limit:g}"
+    detail = (
+        f"{figures.drift_scored:.0f} scored, bound straddles {limit:g}" if verdict == Verdict.UNSURE else ""
+    )
     return Check(
         "drift_fraction",
         bound.estimate,
@@ -112,6 +116,7 @@ def _error_rate(figures: GateFigures, limits: GateLimits) -> Check:
     estimate = c.estimate - b.estimate
     outcome = Outcome.FAILED if low > limit else Outcome.PASSED if high <= limit else Outcome.PENDING
     detail = f"{cand.requests:.0f} and {base.requests:.0f} answers, bound straddles {limit:g}"
+    detail = detail if outcome is Outcome.PENDING else ""
     return Check(
         "error_rate_increase",
         estimate,
@@ -141,7 +146,8 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         detail = f"{min(base.latency.total, cand.latency.total):.0f} of {FIRST_LATENCY_LOOK} timed answers"
         return Check("p95_increase", None, limit, Outcome.PENDING, detail=detail)
     if look > looks.look:
-        compared = compare_latency(base.latency, cand.latency, look_alpha(limits.alpha, look), seed=look)
+        alpha = look_alpha(limits.alpha, look)
+        compared = compare_latency(base.latency, cand.latency, alpha, limit, seed=look)
         looks.look = look
         if compared is not None:
             looks.comparison, looks.verdict = compared, latency_verdict(compared, limit)
@@ -149,14 +155,22 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
     if found is None:
         return Check("p95_increase", None, limit, Outcome.PENDING, detail="too few timed answers")
     lower, upper = math.exp(found.log_ratio - found.bound) - 1, math.exp(found.log_ratio + found.bound) - 1
+    outcome = _OUTCOME[looks.verdict]
+    if outcome is Outcome.FAILED and lower <= limit:  # the rank test proved it, not the P95
+        detail = (
+            f"every latency {1 + limit:g}x slower still ranks above the baseline's: "
+            f"P(slower) {0.5 + found.rank_excess:.3g} > 0.5 + {found.rank_bound:.2g}"
+        )
+    else:
+        detail = f"look {looks.look}, bound straddles {limit:g}" if outcome is Outcome.PENDING else ""
     return Check(
         "p95_increase",
         found.increase,
         limit,
-        _OUTCOME[looks.verdict],
+        outcome,
         lower,
         upper,
         math.exp(found.noise) - 1,
-        f"look {looks.look}, bound straddles {limit:g}",
+        detail,
         settles=found.increase <= limit,
     )

@@ -320,3 +320,15 @@ def test_limits_of_a_gate_spec_are_its_own_figures() -> None:
     assert limits_of(GateSpec()).min_agreement == DEFAULT_MIN_AGREEMENT == 0.98
     # The release's 5% is spread over 4 checks and the judged steps.
     assert limits_of(GateSpec(), steps=2).alpha == pytest.approx(0.05 / 8)
+
+
+def test_a_versions_first_answers_of_the_release_are_counted_not_timed() -> None:
+    step = StepFigures(drift_threshold=0.3, warming=2)
+    for seconds in (0.5, 0.4, 0.010):  # a cold start, then the version's own speed
+        step.record_answer(Role.CANDIDATE, seconds, server_error=False)
+    figures = step.snapshot()
+    assert figures.candidate.requests == 3
+    assert figures.candidate.p95_s == pytest.approx(0.010, rel=0.01)
+    step.reset()  # a new step: the version is warm by now
+    step.record_answer(Role.CANDIDATE, 0.020, server_error=False)
+    assert step.snapshot().candidate.p95_s == pytest.approx(0.020, rel=0.01)

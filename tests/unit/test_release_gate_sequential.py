@@ -17,6 +17,7 @@ from conch.release.sequential import (
     Verdict,
     compare_latency,
     latency_look,
+    latency_verdict,
     look_alpha,
     quantile_of,
     rate_bound,
@@ -159,3 +160,22 @@ def test_without_latency_samples_the_p95_estimate_is_shown_and_settles_when_with
     )
     assert check.outcome is Outcome.PENDING and check.settles
     assert check.value == pytest.approx(0.1)
+
+
+def test_the_rank_test_proves_a_whole_distribution_slower_where_the_p95_cannot() -> None:
+    """1.4 times slower everywhere, 250 answers against 2,500, with heavy tails: the P95's bound is too
+    wide to prove a rise above 20%, the rank of every latency divided by 1.2 is not; the same versions
+    (and one 15% faster) never fail it."""
+    rng = np.random.default_rng(9)
+
+    def sample(scale: float, count: int) -> np.ndarray:
+        return scale * 1e-3 * rng.lognormal(0, 0.45, count) * np.where(rng.random(count) < 0.03, 6, 1)
+
+    base = histogram(sample(1.0, 2500), BOUNDS)
+    slower = compare_latency(base, histogram(sample(1.4, 250), BOUNDS), 0.0005, max_increase=0.2)
+    assert slower is not None
+    assert slower.log_ratio - slower.bound <= math.log(1.2), "the P95 alone does not prove it"
+    assert latency_verdict(slower, 0.2) == Verdict.BEYOND
+    for scale in (1.0, 0.85):
+        same = compare_latency(base, histogram(sample(scale, 250), BOUNDS), 0.0005, max_increase=0.2)
+        assert same is not None and latency_verdict(same, 0.2) != Verdict.BEYOND
