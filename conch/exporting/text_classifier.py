@@ -53,8 +53,11 @@ OPSET = 17
 
 
 def is_text_classifier(model: Any) -> bool:
-    """A transformers pipeline (it holds a model and its tokenizer); recognised without importing."""
-    return type(model).__module__.startswith("transformers.") and hasattr(model, "tokenizer")
+    """A transformers pipeline or sequence classifier; recognised without importing transformers."""
+    from_transformers = type(model).__module__.startswith("transformers.")
+    return from_transformers and (
+        hasattr(model, "tokenizer") or type(model).__name__.endswith("ForSequenceClassification")
+    )
 
 
 def export_text_classifier(
@@ -66,6 +69,12 @@ def export_text_classifier(
     described: tuple[str | None, dict[str, Any]],
 ) -> Path:
     """Export ``pipeline`` as version ``number`` of ``model_dir``; ``sample`` is a few texts."""
+    if getattr(pipeline, "tokenizer", None) is None:
+        raise ExportError(
+            f"{type(pipeline).__name__} has no tokenizer with it: export the notebook's pipeline, "
+            "transformers.pipeline('text-classification', model=model, tokenizer=tokenizer), so the "
+            "served model tokenizes raw text as the notebook does"
+        )
     texts = [*_sample_texts(sample), *EDGE_TEXTS]
     settings = _settings(pipeline)
     config = _config(model_dir.name, len(settings["labels"]), max_batch_size)

@@ -129,6 +129,15 @@ def test_text_that_is_not_utf8_is_a_400_naming_the_input(server: ServerProcess, 
     assert still.as_numpy("label").shape == (1, 1)
 
 
+def test_a_model_without_its_tokenizer_is_refused_with_the_pipeline_to_pass(
+    exported: tuple[Path, Any], tmp_path: Path
+) -> None:
+    _, pipeline = exported
+    with pytest.raises(ExportError, match=r"has no tokenizer with it: export the notebook's pipeline"):
+        export(pipeline.model, CORPUS[:2], repository=tmp_path, name="reviews")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sample_of_numbers_is_refused(exported: tuple[Path, Any], tmp_path: Path) -> None:
     _, pipeline = exported
     with pytest.raises(ExportError, match="a text classifier's sample is a few texts"):
