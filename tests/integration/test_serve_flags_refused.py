@@ -34,6 +34,10 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
             "conch: --http-port and --metrics-port are both 9100",
         ),
         (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0, got -1"),
+        (
+            ["--http-trusted-proxies", "10.0.0.0/8,ingress"],
+            "argument --http-trusted-proxies: 'ingress' is not an IP address or network",
+        ),
         (["--server-name", " "], "argument --server-name: expected a name of printable characters, got ' '"),
         (
             ["--log-level", "loud"],
