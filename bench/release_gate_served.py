@@ -1,0 +1,180 @@
+"""``python -m bench.release_gate_served``: one real release of each of :mod:`bench.release_gate_cases`'s
+four candidates, on a real ``conch serve`` under client load, with the gate's default settings.
+
+Why: the simulation repeats each case 20 times; this run checks that a real server, its router, shadow
+copies and timings give the same decisions. Each case starts a poll-mode server on loopback with
+version 1, declares the release (10% for 2m, 50% with shadow for 1m, 100%, no ``gate:``), installs
+version 2 as ``conch install`` does (one rename), and drives 16 client threads (half HTTP, half gRPC)
+until the release is decided: promoted, rolled back or paused.
+
+The models take FP32 ``INPUT0`` [N, 4] of uniform values and answer ``OUTPUT0`` = ``INPUT0``, a 4-way
+score whose argmax is the prediction, after ``layers`` [512, 512] matrix products whose result is
+multiplied by zero (the compute). A candidate negates the rows whose first value is above
+``flip_above``: above 0.995 changes about 0.5% of predictions (the benign retrain), above 0.5 about
+half (shuffled labels). The doubled-compute candidate runs twice the layers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.integration.load_traffic import Traffic
+from tests.integration.server_process import ServerProcess
+
+MODEL = "scored"
+WIDTH, LAYERS = 512, 4
+CONFIG = f'name: "{MODEL}"\nmax_batch_size: 8\nversion_policy: {{ latest: {{ num_versions: 1 }} }}\n'
+STEPS = [
+    {"weight": 10, "duration": "2m"},
+    {"weight": 50, "duration": "1m", "shadow": True},
+    {"weight": 100},
+]
+#: name: (flip_above, layers, the decision that is right)
+CASES: dict[str, tuple[float, int, str]] = {
+    "identical": (2.0, LAYERS, "promoted"),
+    "benign_retrain": (0.995, LAYERS, "promoted"),
+    "shuffled_labels": (0.5, LAYERS, "rolled_back"),
+    "doubled_compute": (2.0, 2 * LAYERS, "rolled_back"),
+}
+CLIENTS = 16
+DECIDED = {"promoted", "rolled_back", "paused", "failed"}
+
+
+def scoring_model(flip_above: float, layers: int) -> onnx.ModelProto:
+    """See the module's docstring; the weights are seeded, so every version computes the same."""
+    rng = np.random.default_rng(0)
+    weights: dict[str, np.ndarray] = {"widen": rng.random((4, WIDTH), dtype=np.float32)}
+    nodes = [helper.make_node("MatMul", ["INPUT0", "widen"], ["h0"])]
+    for layer in range(layers):
+        weights[f"w{layer}"] = rng.random((WIDTH, WIDTH), dtype=np.float32) / WIDTH
+        nodes.append(helper.make_node("MatMul", [f"h{layer}", f"w{layer}"], [f"h{layer + 1}"]))
+    constants: dict[str, np.ndarray] = {
+        "nothing": np.array(0.0, np.float32),
+        "start": np.array([0], np.int64),
+        "stop": np.array([1], np.int64),
+        "axis": np.array([1], np.int64),
+        "threshold": np.array(flip_above, np.float32),
+        "two": np.array(2.0, np.float32),
+        "one": np.array(1.0, np.float32),
+    }
+    nodes += [
+        helper.make_node("ReduceSum", [f"h{layers}"], ["total"], keepdims=1),
+        helper.make_node("Mul", ["total", "nothing"], ["zeroed"]),
+        helper.make_node("Slice", ["INPUT0", "start", "stop", "axis"], ["first"]),
+        helper.make_node("Greater", ["first", "threshold"], ["above"]),
+        helper.make_node("Cast", ["above"], ["above_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["above_f", "two"], ["twice"]),
+        helper.make_node("Sub", ["one", "twice"], ["sign"]),
+        helper.make_node("Mul", ["INPUT0", "sign"], ["signed"]),
+        helper.make_node("Add", ["signed", "zeroed"], ["OUTPUT0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scored",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(array, name) for name, array in {**weights, **constants}.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def uniform() -> np.ndarray:
+    return np.random.default_rng().random((1, 4), dtype=np.float32)
+
+
+def run_case(name: str, scratch: Path, timeout_s: float) -> dict[str, Any]:
+    flip_above, layers, expected = CASES[name]
+    root = scratch / name / "models"
+    (root / MODEL / "1").mkdir(parents=True)
+    (root / MODEL / "config.pbtxt").write_text(CONFIG)
+    (root / MODEL / "1" / "model.onnx").write_bytes(scoring_model(2.0, LAYERS).SerializeToString())
+    poll = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
+    server = ServerProcess(root, [*poll, "--state-dir", str(scratch / name / "state")]).start(scratch / name)
+    traffic = Traffic(server, MODEL, uniform, clients=CLIENTS).start()
+    try:
+        time.sleep(5.0)  # warm: both the clients and the server's first executions
+        spec = {"candidate": 2, "baseline": 1, "steps": STEPS}
+        reply = server.request("POST", f"/v2/models/{MODEL}/release", json.dumps(spec).encode())
+        assert reply.status == 200, reply.body
+        staging = root / f".{MODEL}-2"
+        staging.mkdir()
+        (staging / "model.onnx").write_bytes(scoring_model(flip_above, layers).SerializeToString())
+        staging.rename(root / MODEL / "2")
+        deadline = time.monotonic() + timeout_s
+        status = judged = _status(server)
+        while status["state"] not in DECIDED and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status = _status(server)
+            step = status["step"]
+            if status["state"] == "progressing" and step and STEPS[step - 1]["weight"] != 100:
+                judged = status  # the last look at a judged step: its figures when it let go
+    finally:
+        traffic.finish()
+        server.stop()
+    started = next(e["time"] for e in status["history"] if e["event"] == "started")
+    decided = status["history"][-1]
+    wall = time.time() - time.monotonic()  # Answer.sent is on the monotonic clock
+    during = [a for a in traffic.answers if started <= a.sent + wall <= decided["time"]]
+    candidate = sum(a.version == 2 for a in during)
+    gate = status["gate"] if status["gate"]["checks"] else judged["gate"]
+    return {
+        "case": name,
+        "expected": expected,
+        "state": status["state"],
+        "right_way": status["state"] == expected,
+        "decided_after_s": round(decided["time"] - started, 1),
+        "step": status["step"],
+        "reason": decided["reason"],
+        "candidate_answers": candidate,
+        "client_answers": len(during),
+        "candidate_share": candidate / len(during) if during else 0.0,
+        "client_failures": len(traffic.failures),
+        "gate": gate,
+    }
+
+
+def _status(server: ServerProcess) -> dict[str, Any]:
+    return dict(server.request("GET", f"/v2/models/{MODEL}/release").json())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds a release may take")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.cases:
+            found = run_case(name, Path(scratch), args.timeout)
+            results.append(found)
+            print(
+                f"{name}: {found['state']} ({'right' if found['right_way'] else 'WRONG'}) "
+                f"{found['decided_after_s']} s after start, step {found['step']}, candidate "
+                f"{found['candidate_answers']} of {found['client_answers']} client answers "
+                f"({found['candidate_share']:.1%}), {found['client_failures']} client failures; "
+                f"{found['reason']}"
+            )
+            for check in found["gate"]["checks"]:
+                print(f"    {check}")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stamp}-release-gate-served.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all(found["right_way"] for found in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
