@@ -141,10 +141,12 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         return Check(
             "p95_increase", value, limit, Outcome.PENDING, detail="no latency samples", settles=settles
         )
+    estimate = cand.p95_s / base.p95_s - 1 if cand.p95_s is not None and base.p95_s else None
     look = latency_look(min(base.latency.total, cand.latency.total))
     if look == 0:
         detail = f"{min(base.latency.total, cand.latency.total):.0f} of {FIRST_LATENCY_LOOK} timed answers"
-        return Check("p95_increase", None, limit, Outcome.PENDING, detail=detail)
+        keeps = estimate is None or estimate <= limit
+        return Check("p95_increase", estimate, limit, Outcome.PENDING, detail=detail, settles=keeps)
     if look > looks.look:
         alpha = look_alpha(limits.alpha, look)
         compared = compare_latency(base.latency, cand.latency, alpha, limit, seed=look)
@@ -153,7 +155,10 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
             looks.comparison, looks.verdict = compared, latency_verdict(compared, limit)
     found = looks.comparison
     if found is None:
-        return Check("p95_increase", None, limit, Outcome.PENDING, detail="too few timed answers")
+        keeps = estimate is None or estimate <= limit
+        return Check(
+            "p95_increase", estimate, limit, Outcome.PENDING, detail="too few timed answers", settles=keeps
+        )
     lower, upper = math.exp(found.log_ratio - found.bound) - 1, math.exp(found.log_ratio + found.bound) - 1
     outcome = _OUTCOME[looks.verdict]
     if outcome is Outcome.FAILED and lower <= limit:  # the rank test proved it, not the P95
