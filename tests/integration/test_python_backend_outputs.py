@@ -65,6 +65,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("python-outputs")
     models.write_python_model(root, "strict", CONFIG.format(name="strict", extra=""), SHAPES)
     models.write_python_model(root, "lenient", CONFIG.format(name="lenient", extra=WARN), SHAPES)
+    loose = WARN.replace('"warn"', '"loose"')
+    models.write_python_model(root, "bad_mode", CONFIG.format(name="bad_mode", extra=loose), SHAPES)
     return root
 
 
@@ -116,3 +118,10 @@ def test_output_check_warn_passes_the_output_on_and_logs_once(server: ServerProc
         time.sleep(0.1)
     warnings = [line for line in server.log().splitlines() if "returned output 'SCORES' as INT64" in line]
     assert len(warnings) == 1 and "model 'lenient'" in warnings[0]
+
+
+def test_an_unknown_output_check_fails_the_load_with_the_choices(server: ServerProcess) -> None:
+    index = {entry["name"]: entry for entry in server.request("POST", "/v2/repository/index").json()}
+    entry = index["bad_mode"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert "output_check" in entry["reason"] and "'warn'" in entry["reason"], entry
