@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.exporting import text_classifier_runner as runner
 from conch.exporting.agreement import Reference, check_agreement
+from conch.exporting.class_labels import label_filename, write_labels
 from conch.exporting.errors import ConfigRewrittenWarning, ExportError
 from conch.exporting.model_config import config_text
 from conch.exporting.staging import Staging
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'conch[transformers]' (transformers, tokenizers, torch)"
 #: Rows added to the sample for the check: accents and capitals, emoji, nothing, and a long text.
 EDGE_TEXTS = ("ÉCOLE Naïve café", "good 😀 bad 😡", "", "word " * 600)
-LABELS_FILENAME = "probabilities_labels.txt"
 OPSET = 17
 
 
@@ -88,7 +88,10 @@ def export_text_classifier(
         pipeline.tokenizer.backend_tokenizer.save(str(folder / runner.TOKENIZER_FILENAME))
         (folder / runner.SETTINGS_FILENAME).write_text(json.dumps(settings, indent=2), encoding="utf-8")
         shutil.copyfile(runner.__file__, folder / "model.py")
-        (folder / LABELS_FILENAME).write_text("\n".join(settings["labels"]) + "\n", encoding="utf-8")
+        classes = {"probabilities": settings["labels"], "logits": settings["labels"]}
+        write_labels(folder, classes)
+        if not model_dir.exists():
+            write_labels(staging.root, classes)  # where Triton looks: see class_labels
         log.info("running the served tokenizer and encoder on the sample and comparing with the pipeline")
         _check(pipeline, folder, texts, settings["max_length"])
         if written is not None:
@@ -102,7 +105,7 @@ def export_text_classifier(
                 stacklevel=3,
             )
         model_files_dir = staging.root if written is not None else model_dir
-        write_metadata(folder, _metadata(pipeline, config, folder, model_files_dir, described))
+        write_metadata(folder, _metadata(pipeline, config, folder, model_files_dir, described, classes))
         staging.commit(model_files=written is not None)
     finally:
         staging.discard()
@@ -273,10 +276,10 @@ def _config(name: str, labels: int, max_batch_size: int) -> mc.ModelConfig:
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
     config.input.add(name=runner.TEXT_INPUT, data_type=mc.TYPE_STRING, dims=[1])
     config.output.add(name="label", data_type=mc.TYPE_STRING, dims=[1])
-    config.output.add(name="logits", data_type=mc.TYPE_FP32, dims=[labels])
-    config.output.add(
-        name="probabilities", data_type=mc.TYPE_FP32, dims=[labels], label_filename=LABELS_FILENAME
-    )
+    for output in ("logits", "probabilities"):
+        config.output.add(
+            name=output, data_type=mc.TYPE_FP32, dims=[labels], label_filename=label_filename(output)
+        )
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
     if max_batch_size > 0:
         config.dynamic_batching.SetInParent()
@@ -307,6 +310,7 @@ def _metadata(
     folder: Path,
     model_files_dir: Path,
     described: tuple[str | None, dict[str, Any]],
+    classes: dict[str, list[Any]],
 ) -> ModelMetadata:
     training_data_version, extra = described
     batching = config.max_batch_size > 0
@@ -326,6 +330,7 @@ def _metadata(
         outputs=[TensorSchema(**tensor_metadata(entry, batching)) for entry in config.output],
         feature_names=None,
         column_inputs={},
+        classes=classes,
         training_data_version=training_data_version,
         extra=extra,
         files=version_file_checksums(folder),

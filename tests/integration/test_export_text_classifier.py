@@ -79,6 +79,9 @@ def test_the_version_folder_holds_tokenizer_encoder_and_runner(exported: tuple[P
     assert settings["max_length"] == MAX_LENGTH and settings["labels"] == list(LABELS)
     assert settings["encoder_inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
     metadata = read_metadata(version_dir)
+    assert metadata.classes == {"logits": list(LABELS), "probabilities": list(LABELS)}
+    for folder in (version_dir, version_dir.parent):
+        assert (folder / "probabilities_labels.txt").read_text().split() == list(LABELS)
     assert metadata.framework["name"] == "transformers"
     assert [(t.name, t.datatype, t.shape) for t in metadata.inputs] == [("text", "BYTES", [-1, 1])]
     assert [finding for finding in validate_model(version_dir.parent) if finding.is_error] == []
@@ -127,6 +130,26 @@ def test_text_that_is_not_utf8_is_a_400_naming_the_input(server: ServerProcess, 
     assert status in ("400", "StatusCode.INVALID_ARGUMENT"), status
     still = client.infer("reviews", [text_input(protocol, [b"still serving"])])
     assert still.as_numpy("label").shape == (1, 1)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_classification_extension_names_the_classes(
+    server: ServerProcess, exported: tuple[Path, Any], protocol: str
+) -> None:
+    _, pipeline = exported
+    module = CLIENTS[protocol]
+    asked = module.InferRequestedOutput("probabilities", class_count=1)
+
+    result = client_for(protocol, server).infer(
+        "reviews", [text_input(protocol, [b"a dull film"])], outputs=[asked]
+    )
+
+    (top,) = result.as_numpy("probabilities").ravel()
+    score, index, label = top.decode().split(":")
+    (answer,) = pipeline(["a dull film"], top_k=1, truncation=True)
+    answer = answer[0] if isinstance(answer, list) else answer
+    assert label == answer["label"] and LABELS[int(index)] == label
+    assert float(score) == pytest.approx(answer["score"], abs=1e-5)
 
 
 def test_a_model_without_its_tokenizer_is_refused_with_the_pipeline_to_pass(
