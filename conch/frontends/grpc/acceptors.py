@@ -15,7 +15,7 @@ client's close in one batch (:mod:`conch.frontends.grpc.unary_call`, which says 
 any other call runs exactly as ``grpc.aio`` runs its own, through the same functions of its Cython
 core (``_handle_rpc`` inside ``_schedule_rpc_coro``).
 
-Those functions are ``grpc.aio`` internals. grpcio is pinned in ``pyproject.toml`` and
+Those functions are ``grpc.aio`` internals. CI tests the grpcio of ``constraints.txt`` and
 :func:`missing_internals` names any that a different grpcio lacks; the server then accepts calls as
 ``grpc.aio`` does and logs a warning, so an upgrade can cost speed but never correctness.
 """
