@@ -70,12 +70,13 @@ def export(
 ) -> Path:
     """Export ``model`` to ``<repository>/<name>/<version>/`` and return that folder.
 
-    ``model`` is a fitted scikit-learn estimator or pipeline, a torch ``nn.Module``, an
+    ``model`` is a fitted scikit-learn estimator or pipeline (XGBoost, LightGBM and CatBoost models
+    included), a torch ``nn.Module``, a transformers text-classification pipeline, an
     ``onnx.ModelProto`` or a ``.onnx`` path; ``sample`` is a few real rows (DataFrame, 2-D array,
-    tensor, or a mapping of input name to array). ``version`` defaults to the highest existing one
-    plus one. ``metadata`` may hold ``training_data_version``; the rest is kept in
-    ``metadata.json``'s ``extra``. Raises :class:`ExportError` (nothing written) when the model
-    cannot be exported or its ONNX form disagrees with it on the sample.
+    tensor, a mapping of input name to array, or for a text classifier a few texts). ``version``
+    defaults to the highest existing one plus one. ``metadata`` may hold ``training_data_version``;
+    the rest is kept in ``metadata.json``'s ``extra``. Raises :class:`ExportError` (nothing written)
+    when the model cannot be exported or its ONNX form disagrees with it on the sample.
 
     ``reference``, a few hundred real rows (a DataFrame, an array, or a .csv/.parquet/.npy/.npz path),
     measures how often the new version agrees with the version before it and records it for the
