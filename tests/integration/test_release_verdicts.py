@@ -98,8 +98,11 @@ def repository(tmp_path: Path) -> Path:
 
 
 def test_the_new_users_day_with_the_gates_defaults(
-    start_server: Callable[..., ServerProcess], repository: Path, tmp_path: Path
+    start_server: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
+    # Every version is the same graph, so the versions differ in their answers only, not in compute: a
+    # threshold of 2 flips nothing (inputs are uniform in [0, 1)), 0.995 flips 0.5% of rows, 0.5 half.
+    repository = write_repository(tmp_path / "repo", {"m": (slice_flip_model(2.0), CONFIG)})
     server = start_server(repository, *POLL, "--state-dir", str(tmp_path / "state-1"))
     # 1. A benign retrain, declared first (the GitOps order), with no gate settings at all.
     declare(repository, {"candidate": 2, "steps": [{"weight": 50, "duration": "5s"}, {"weight": 100}]})
@@ -138,7 +141,7 @@ def test_the_new_users_day_with_the_gates_defaults(
     assert reply.status == 400 and "conch release readmit m 3" in reply.json()["error"]
     declare(repository, {"candidate": 4, "steps": [{"weight": 10, "duration": "60s"}, {"weight": 100}]})
     wait_for(fresh, lambda: fresh.request("GET", "/v2/models/m/release").status == 200, "release of 4")
-    install(repository, 4, scale_model(1.0))
+    install(repository, 4, slice_flip_model(2.0))
     wait_for(fresh, lambda: release(fresh)["state"] == "progressing", "release of 4 started")
     assert release(fresh)["baseline"] == 2
     # 5. Version 4 rolled back by hand is rejected too (the baseline keeps unversioned traffic); version
