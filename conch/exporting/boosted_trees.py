@@ -13,6 +13,7 @@ and the converters are needed only then: ``pip install 'conch[boosting]'``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -191,9 +192,22 @@ def _within_ml_opset(convert: Callable[..., None]) -> Callable[..., None]:
     def converter(scope: Any, operator: Any, container: Any) -> None:
         if isinstance(container.target_opset_all, dict):
             container.target_opset_all.setdefault(_ML_DOMAIN, _ML_OPSET)
+        operator.raw_operator = _features_by_position(operator.raw_operator)
         convert(scope, operator, container)
 
     return converter
+
+
+def _features_by_position(model: Any) -> Any:
+    """An XGBoost model fitted on a DataFrame names its features by column; onnxmltools reads them by
+    position (``f0``, ``f1``...), which is how the graph receives them. A copy is renamed, never the
+    notebook's model."""
+    booster = getattr(model, "get_booster", None)
+    if _library(model) != "xgboost" or booster is None or booster().feature_names is None:
+        return model
+    positional = copy.deepcopy(model)
+    positional.get_booster().feature_names = None
+    return positional
 
 
 def _convert_catboost(scope: Any, operator: Any, container: Any) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pandas as pd
 import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin
 
@@ -73,6 +74,27 @@ def test_column_transformer_pipeline_exports_with_missing_numbers(library: str, 
     assert served["label"].ravel().tolist() == model.predict(rows).tolist()
     np.testing.assert_allclose(served["probabilities"], model.predict_proba(rows), atol=1e-5)
     assert read_metadata(version_dir).framework["name"] == "scikit-learn"
+
+
+@pytest.mark.model_matrix
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_model_fitted_on_a_frame_exports_with_the_frame(library: str, tmp_path: Path) -> None:
+    frame = pd.DataFrame(measurements(150), columns=["age", "income", "debt ratio", "score", "tenure"])
+    model = boosted_models.fitted_on(library, frame)
+    version_dir = export(model, frame.head(20), repository=tmp_path, name=f"{library}-frame")
+
+    rows = pd.DataFrame(measurements(40, seed=6), columns=frame.columns)
+    feeds = {
+        name: rows[[column]].to_numpy(np.float32)
+        for column, name in zip(
+            frame.columns, ["age", "income", "debt_ratio", "score", "tenure"], strict=True
+        )
+    }
+    served = run(version_dir, feeds)
+    assert served["label"].ravel().tolist() == np.asarray(model.predict(rows)).ravel().tolist()
+    np.testing.assert_allclose(served["probabilities"], model.predict_proba(rows), atol=1e-5)
+    if library == "xgboost":  # converted by position from a copy: the notebook's booster keeps its names
+        assert model.get_booster().feature_names == list(frame.columns)
 
 
 class Unconvertible(ClassifierMixin, BaseEstimator):
