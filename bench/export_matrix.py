@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import pandas as pd
 
 from conch.exporting import export
 from conch.exporting.text_classifier_runner import TextClassifier
@@ -72,6 +73,17 @@ def boosted_rows(repository: Path) -> list[str]:
         expected = model.predict(held_out)
         gap = (np.abs(predictions.ravel() - expected) / np.maximum(np.abs(expected), 1)).max()
         lines.append(row(f"{library} regressor (relative)", seconds, None, gap))
+
+        columns = ["age", "income", "debt ratio", "score", "tenure"]
+        frame_rows = pd.DataFrame(measurements(150), columns=columns)
+        model = boosted_models.fitted_on(library, frame_rows)
+        version_dir, seconds = timed_export(model, frame_rows.head(20), repository, f"{library}-frame")
+        held_frame = pd.DataFrame(held_out, columns=columns)
+        feeds = {c.replace(" ", "_"): held_frame[[c]].to_numpy(np.float32) for c in columns}
+        served = run_onnx(version_dir, feeds)
+        gap = np.abs(served["probabilities"] - model.predict_proba(held_frame)).max()
+        labels = (served["label"].ravel(), np.asarray(model.predict(held_frame)).ravel())
+        lines.append(row(f"{library} classifier fitted on a DataFrame", seconds, labels, gap))
 
         model = boosted_models.pipeline(library)
         version_dir, seconds = timed_export(model, applicants(30, seed=1), repository, f"{library}-pipe")
