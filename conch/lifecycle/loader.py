@@ -302,7 +302,7 @@ class ModelLoader:
         instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
         run_warmup(list(instances), config, folder)
         version.scheduler = create_scheduler(
-            config, InstancePool(list(instances), f"{folder.name}-{number}"), version.statistics
+            config, InstancePool(list(instances), f"{folder.name}-{number}", folder.name), version.statistics
         )
         if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
             version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
@@ -320,7 +320,7 @@ class ModelLoader:
                 for _ in range(count)
             ]
             instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-            pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu")
+            pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu", version.name)
             return create_scheduler(config, pool, version.statistics)
 
         return build

@@ -101,7 +101,7 @@ class PythonModelBuilder:
         version.decoupled = config.model_transaction_policy.decoupled
         if any(instance.readiness is not None for instance in instances):
             version.reported_readiness = SharedResult(lambda: _readiness_of(instances), READINESS_CACHE_S).get
-        pool = InstancePool(list(instances), f"{folder.name}-{version.version}")
+        pool = InstancePool(list(instances), f"{folder.name}-{version.version}", folder.name)
         version.scheduler = create_scheduler(config, pool, version.statistics)
         supervisor = _Supervisor(version, pool)
         for instance in instances:

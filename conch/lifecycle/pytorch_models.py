@@ -173,7 +173,7 @@ def cpu_build(
         program = load_program(torch, model_file)
         cpu_settings = replace(settings, half=False)
         instances = _instances(torch, model_file, program, config, [CPU] * count, cpu_settings, label)
-        pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu")
+        pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu", version.name)
         return create_scheduler(config, pool, version.statistics)
 
     return build
