@@ -1,4 +1,4 @@
-"""``conch release start|status|promote|rollback|pause|resume|approve|readmit|gate``: a release from the terminal or CI.
+"""``conch release start|status|promote|rollback|pause|resume|approve|readmit|gate`` from a terminal or CI.
 
 Every subcommand but ``gate`` is one call of the server's release API (:mod:`conch.client.releases`);
 ``gate`` reads Prometheus as every replica's ``judge: prometheus`` gate does, with the same queries and
