@@ -58,8 +58,9 @@ def make_batcher(
     max_queue_delay_ns: int = 0,
     preserve_ordering: bool = False,
     default_policy: QueuePolicy | None = None,
+    model: str = "add_one",
 ) -> tuple[DynamicBatcher, ModelStatistics]:
-    """A batcher of up to 8 rows over ``instances``, and the statistics it records into."""
+    """A batcher of up to 8 rows over ``instances`` of ``model``, and the statistics it records into."""
     statistics = ModelStatistics("add_one", "1")
     settings = BatchingSettings(
         max_batch_size=8,
@@ -67,7 +68,7 @@ def make_batcher(
         preserve_ordering=preserve_ordering,
         default_policy=default_policy or QueuePolicy(),
     )
-    return DynamicBatcher(settings, InstancePool(list(instances), "add_one"), statistics), statistics
+    return DynamicBatcher(settings, InstancePool(list(instances), "add_one", model), statistics), statistics
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -362,8 +363,8 @@ def test_a_single_instance_over_the_loops_bound_never_runs_on_the_loop() -> None
 def test_a_short_model_goes_to_its_thread_once_another_model_has_started_an_execution() -> None:
     async def scenario() -> None:
         first, second = TimedRecorder(0.0005), TimedRecorder(0.0005)
-        first_batcher, _ = make_batcher(first)
-        second_batcher, _ = make_batcher(second)
+        first_batcher, _ = make_batcher(first, model="first")
+        second_batcher, _ = make_batcher(second, model="second")
 
         loop_thread = threading.get_ident()
         for batcher in (first_batcher, first_batcher, second_batcher, first_batcher, first_batcher):
@@ -375,6 +376,28 @@ def test_a_short_model_goes_to_its_thread_once_another_model_has_started_an_exec
         assert first.threads[3] == loop_thread
         first_batcher.close()
         second_batcher.close()
+
+    run(scenario)
+
+
+def test_two_versions_of_one_model_stay_on_the_loop_between_each_others_executions() -> None:
+    """A release's canary and its baseline share the model's traffic: neither sends the other to its
+    worker thread, or the canary (rarely the last to run at 10%) would answer slower than the baseline."""
+
+    async def scenario() -> None:
+        baseline, canary = TimedRecorder(0.0005), TimedRecorder(0.0005)
+        baseline_batcher, _ = make_batcher(baseline, model="scored")
+        canary_batcher, _ = make_batcher(canary, model="scored")
+
+        loop_thread = threading.get_ident()
+        order = (baseline_batcher, canary_batcher, baseline_batcher, canary_batcher, baseline_batcher)
+        for batcher in order:
+            await schedule_among_others(batcher, 1)
+        # each version's first execution is measured on its thread; after that, on the loop
+        assert baseline.threads[1:] == [loop_thread, loop_thread]
+        assert canary.threads[1] == loop_thread
+        baseline_batcher.close()
+        canary_batcher.close()
 
     run(scenario)
 
