@@ -5,8 +5,9 @@ concurrent streams per connection (``--grpc-max-concurrent-streams``) below the 
 carries would queue calls in the client. One ``conch serve`` per variant (``--variants``, stream caps;
 0 is gRPC's own: no cap) serves the bench model (``--model``, ``tiny``), all up at once; each round
 takes each concurrency's point on every variant, one after another, the order turning each round, so
-a pair is seconds apart on this shared machine. Also prints how many TCP connections perf_analyzer
-opened at each concurrency (``ss``), which says how many calls each connection carried.
+a pair is seconds apart on this shared machine; each point also gives the server's CPU a call (as
+``bench.grpc_cpu_ab`` counts it), steadier than calls/s there. Also prints how many TCP connections
+perf_analyzer opened at each concurrency (``ss``), which says how many calls each connection carried.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.grpc_cpu_ab import _calls, _cpu_s
 from bench.loadgen import PerfTarget, perf_analyzer_point
 from bench.models import MODELS, write_conch_repository
 
@@ -62,6 +64,8 @@ def main() -> None:
     variants = [int(each) for each in args.variants.split(",")]
     concurrencies = [int(each) for each in args.concurrencies.split(",")]
     results: dict[tuple[int, int], list[float]] = {(v, c): [] for v in variants for c in concurrencies}
+    by_round: dict[tuple[int, int, int], float] = {}
+    cpu_us: dict[tuple[int, int], list[float]] = {key: [] for key in results}
     seen: dict[int, int] = {}
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
@@ -80,15 +84,21 @@ def main() -> None:
                             args.seconds, lambda p=port, c=c: seen.update({c: connections(p)})
                         )
                         sample.start()
+                        server = servers[v]
+                        cpu, calls = _cpu_s(server.pid), _calls(port + 1, args.model)
                         point = perf_analyzer_point(
                             PerfTarget(args.model, f"127.0.0.1:{port}"), c, args.seconds, workdir
                         )
+                        cpu, calls = _cpu_s(server.pid) - cpu, _calls(port + 1, args.model) - calls
                         sample.cancel()
+                        cpu_us[(v, c)].append(cpu / calls * 1e6 if calls else 0.0)
                         if point.ok:  # a failed point (no three windows at all) is printed, not counted
                             results[(v, c)].append(point.throughput)
+                            by_round[(v, c, round_)] = point.throughput
                         note = point.failure or point.note or ""
                         print(f"round {round_} c={c} streams={v}: {point.throughput:,.0f}/s "
-                              f"p50 {point.p50_ms:.2f} ms {note}", flush=True)  # fmt: skip
+                              f"p50 {point.p50_ms:.2f} ms, {cpu_us[(v, c)][-1]:.0f} us server CPU a call "
+                              f"{note}", flush=True)  # fmt: skip
         finally:
             for server in servers.values():
                 server.terminate()
@@ -101,8 +111,21 @@ def main() -> None:
         cap = v or "no cap"
         print(
             f"c={c} streams={cap}: median {median:,.0f}/s, worst {worst:,.0f}, best {best:,.0f} "
-            f"({len(rates)} rounds)"
+            f"({len(rates)} rounds); server CPU a call median {statistics.median(cpu_us[(v, c)]):.0f} us"
         )
+    first = variants[0]
+    for v in variants[1:]:
+        for c in concurrencies:
+            pairs = [
+                by_round[(first, c, r)] / by_round[(v, c, r)]
+                for r in range(args.rounds)
+                if (first, c, r) in by_round and (v, c, r) in by_round
+            ]
+            if pairs:
+                print(
+                    f"c={c}: streams={first} / streams={v or 'no cap'} in the same round: median "
+                    f"{statistics.median(pairs):.2f}x, worst {min(pairs):.2f}x ({len(pairs)} pairs)"
+                )
     for c, count in sorted(seen.items()):
         print(f"c={c}: perf_analyzer held {count} TCP connection(s) to the server")
 
