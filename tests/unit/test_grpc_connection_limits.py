@@ -37,7 +37,6 @@ def test_the_defaults_bound_streams_and_ping_but_never_age_a_connection() -> Non
     assert options["grpc.keepalive_time_ms"] == 60_000
     assert options["grpc.http2.ping_timeout_ms"] == options["grpc.keepalive_timeout_ms"] == 20_000
     assert options["grpc.keepalive_permit_without_calls"] == 1
-    assert options["grpc.http2.max_pings_without_data"] == 0  # pings continue on an idle connection
     assert "grpc.max_connection_age_ms" not in options
 
 

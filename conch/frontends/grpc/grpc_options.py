@@ -64,10 +64,9 @@ class GrpcConnectionLimits:
             ("grpc.keepalive_timeout_ms", self.keepalive_timeout_secs * 1000),
             # gRPC core closes a connection over an unanswered ping only after this one (a minute).
             ("grpc.http2.ping_timeout_ms", self.keepalive_timeout_secs * 1000),
-            # Ping idle connections too (dead peers are found where no call would find them), with
-            # no cap on pings between data frames, and accept a client's keepalive on an idle channel.
+            # Ping idle connections too (dead peers are found where no call would find them), and
+            # accept a client's keepalive on an idle channel.
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
             ("grpc.http2.min_ping_interval_without_data_ms", self.min_ping_interval_secs * 1000),
             ("grpc.http2.max_ping_strikes", 2),
         ]
