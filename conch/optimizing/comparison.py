@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.core.types import ExecutionTiming
-from conch.packaging.metadata import METADATA_FILENAME
+from conch.optimizing.source import is_model_file
 from conch.release.compare import compare_outputs
 from conch.release.gate import GateLimits, Judgement, StepFigures, judge
 from conch.release.spec import GateSpec
@@ -124,12 +124,8 @@ def compare_versions(
 
 
 def model_size(version_dir: Path) -> int:
-    """Bytes of the version folder's files, without the records conch writes beside the model."""
-    return sum(
-        path.stat().st_size
-        for path in version_dir.rglob("*")
-        if path.is_file() and path.name != METADATA_FILENAME and path.suffix != ".json"
-    )
+    """Bytes of the version folder's model files (:func:`~conch.optimizing.source.is_model_file`)."""
+    return sum(path.stat().st_size for path in version_dir.rglob("*") if is_model_file(path))
 
 
 def _outputs(

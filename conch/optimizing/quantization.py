@@ -33,7 +33,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from conch.optimizing.source import OptimizeError
+from conch.optimizing.source import OptimizeError, is_model_file
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +146,7 @@ def _pre_processed(source: Path, target: Path) -> Path:
 
 def _has_external_data(model_file: Path) -> bool:
     """Whether the version folder holds more than the graph: weights saved as external data (> 2 GB)."""
-    return any(
-        path.is_file() and path != model_file and path.suffix != ".json"
-        for path in model_file.parent.iterdir()
-    )
+    return any(is_model_file(path, model_file) for path in model_file.parent.iterdir())
 
 
 @contextlib.contextmanager

@@ -36,6 +36,17 @@ GENERATED_ROWS = 256
 QUANTIZATION_RECORD = "quantization.json"
 
 
+def is_model_file(path: Path, graph: Path | None = None) -> bool:
+    """Whether ``path`` in a version folder is part of the model (the graph, external weights), not a
+    record conch writes beside it (``metadata.json`` and other JSON, the classes' ``*_labels.txt``)."""
+    return (
+        path.is_file()
+        and path != graph
+        and path.suffix != ".json"
+        and not path.name.endswith("_labels.txt")
+    )
+
+
 class OptimizeError(Exception):
     """``conch optimize`` cannot go on; ``usage``: the input is wrong (exit 2), else a failure (exit 1).
 
