@@ -14,7 +14,6 @@ from pathlib import Path
 from conch.lifecycle.fingerprint import content_fingerprint
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import ModelVerdicts, fold, readmit_hint
-from conch.repository.object_store import is_s3_url
 from conch.validation.findings import Finding, Severity
 
 STORE_ENV = "CONCH_RELEASE_STORE"
@@ -38,8 +37,8 @@ def rejection_findings(folders: list[Path], location: str | None) -> list[Findin
     try:
         verdicts = fold(VerdictStore(location).read())
     except VerdictStoreError as exc:
-        where = "a release store" if is_s3_url(location) else "the release store"
-        return [Finding("release-store-unreadable", Severity.WARNING, "", "", str(exc), f"check {where}")]
+        hint = "check the store's location (--release-store) and, for s3://, the credentials"
+        return [Finding("release-store-unreadable", Severity.WARNING, "", "", str(exc), hint)]
     findings = []
     for folder in folders:
         for number, rejection in sorted((verdicts.get(folder.name) or ModelVerdicts()).rejected.items()):
