@@ -22,8 +22,11 @@ from conch.repository.model_repository import ModelRepository
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two judgements of every release's gate.
-RELEASE_CHECK_SECS = 1.0
+#: Seconds between two judgements of every release's gate. A 10% canary at 1,800 requests/s answers
+#: 180 requests a second: with failure_threshold 2, looks a second apart let 353 answers of a candidate
+#: with shuffled labels reach clients before its rollback; looks a quarter-second apart stop it sooner.
+#: The bounds are valid at every look, so looking more often does not raise the false-rollback rate.
+RELEASE_CHECK_SECS = 0.25
 
 
 def default_store(repository: Path) -> str:
