@@ -33,7 +33,7 @@ USAGE_ERROR = 2
 REFUSED = 1
 ACTION_HELP = {
     "promote": "approve the current step: go to the next one now (or promote after the last)",
-    "rollback": "stop the release: the candidate's weight goes to 0 at once; it stays loaded",
+    "rollback": "stop the release: the candidate's weight goes to 0 at once; it is rejected everywhere",
     "pause": "hold the step's traffic as it is, unjudged, until resume or promote",
     "resume": "run the paused step again, judged from now on",
 }

@@ -176,7 +176,7 @@ class Release:
         return self._next(now, reason)
 
     def rollback(self, now: float, reason: str = "rolled back by hand") -> ReleaseEvent:
-        """Stop the release: the candidate's weight goes to 0 at once; it stays loaded for inspection."""
+        """Stop the release: the candidate's weight goes to 0 at once (the controller rejects it)."""
         if not self.state.active:
             raise self._refuse("rollback", "nothing to roll back")
         self.state = ReleaseState.ROLLED_BACK
