@@ -62,42 +62,35 @@ def _hold(check: Check, detail: str) -> Check:
 
 def _agreement(figures: GateFigures, limits: GateLimits) -> Check:
     limit = max(0.0, limits.min_agreement - limits.agreement_noise)
-    bound = rate_bound(figures.agreements, figures.compared, limits.alpha)
-    verdict = rate_verdict(figures.agreements, figures.compared, limit, limits.alpha, at_least=True)
-    detail = (
-        f"{figures.compared:.0f} compared, bound straddles {limit:g}" if verdict == Verdict.UNSURE else ""
-    )
-    return Check(
-        "agreement",
-        bound.estimate,
-        limit,
-        _OUTCOME[verdict],
-        bound.lower,
-        bound.upper,
-        limits.agreement_noise,
-        detail,
-        settles=False,
-    )
+    rate = (figures.agreements, figures.compared, "compared")
+    return _rate_check("agreement", rate, limit, limits.alpha, limits.agreement_noise, settles=False)
 
 
 def _drift(figures: GateFigures, limits: GateLimits) -> Check:
-    limit = limits.max_drift_fraction
-    bound = rate_bound(figures.drifted, figures.drift_scored, limits.alpha)
-    verdict = rate_verdict(figures.drifted, figures.drift_scored, limit, limits.alpha, at_least=False)
     no_data = figures.drift_scored <= 0 and figures.compared > 0  # no float output to score
-    detail = (
-        f"{figures.drift_scored:.0f} scored, bound straddles {limit:g}" if verdict == Verdict.UNSURE else ""
-    )
+    rate = (figures.drifted, figures.drift_scored, "scored")
+    return _rate_check("drift_fraction", rate, limits.max_drift_fraction, limits.alpha, None, settles=no_data)
+
+
+def _rate_check(
+    name: str, rate: tuple[float, float, str], limit: float, alpha: float, noise: float | None, settles: bool
+) -> Check:
+    """A share of ``events`` in ``trials`` against ``limit`` (at least it for agreement, at most for
+    drift), judged by its confidence sequence; pending says how many ``noun`` so far."""
+    events, trials, noun = rate
+    bound = rate_bound(events, trials, alpha)
+    verdict = rate_verdict(events, trials, limit, alpha, at_least=name == "agreement")
+    detail = f"{trials:.0f} {noun}, bound straddles {limit:g}" if verdict == Verdict.UNSURE else ""
     return Check(
-        "drift_fraction",
+        name,
         bound.estimate,
         limit,
         _OUTCOME[verdict],
         bound.lower,
         bound.upper,
-        None,
+        noise,
         detail,
-        settles=no_data,
+        settles=settles,
     )
 
 
