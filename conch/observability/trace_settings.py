@@ -107,7 +107,8 @@ class LiveTraceSettings:
     def update(self, changes: Mapping[str, Any], model: str = "") -> dict[str, Any]:
         """Apply ``changes`` (a value, or None to clear it) and answer the settings that result."""
         parsed = {
-            name: None if value is None else _parse(name, value)
+            # null resets a known setting; an unknown name is refused whatever its value
+            name: None if value is None and name in (*_KNOWN, MODE) else _parse(name, value)
             for name, value in changes.items()
             if name not in (LOG_FREQUENCY, MODE) or _read_only(name, value)
         }

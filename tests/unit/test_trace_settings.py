@@ -72,6 +72,7 @@ def test_a_model_inherits_what_it_did_not_set_and_clearing_returns_to_the_server
         ({"trace_count": "-2"}, InvalidArgumentError),
         ({"log_frequency": "5"}, InvalidArgumentError),
         ({"trace_mode": "triton"}, InvalidArgumentError),
+        ({"trace_ratee": None}, InvalidArgumentError),  # an unknown name reset with null (was a 500)
     ],
 )
 def test_refused_changes_change_nothing(changes: dict[str, object], error: type[Exception]) -> None:
