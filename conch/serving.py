@@ -47,7 +47,7 @@ from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollector, RequestCodesCollector
-from conch.observability.inference_log import RequestLogSettings, open_inference_log
+from conch.observability.inference_log import RequestLogSettings, open_audit_log, open_inference_log
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
@@ -194,8 +194,13 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     try:
         gateway = gateway_for(settings.gateway, server)
         journal = open_inference_log(settings.request_log)
+        decisions = journal.audit if journal is not None else None
+        if decisions is None and settings.request_log.audit_path:
+            decisions = open_audit_log(settings.request_log)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
+    if decisions is not None:
+        release_runner.audit_verdicts(releases, decisions.decision)
     grpc_address = f"{settings.host}:{settings.grpc_port}"
     grpc_server, relay, frontends = None, None, None
     try:

@@ -34,6 +34,9 @@ from conch.observability.log_format import JsonFormatter
 #: Older files kept beside the one being written: at most (1 + BACKUPS) x --audit-log-max-mb on disk.
 BACKUPS = 3
 AUDIT_EVENT = "inference_audit"
+#: A release decision taken on this server (a rejection, a promotion, an approval, a re-admission):
+#: every one is written, none is sampled, so the file answers "who let this version serve, and when".
+RELEASE_EVENT = "release_verdict"
 
 
 class AuditLog:
@@ -84,6 +87,10 @@ class AuditLog:
         """One audit line: the inference's log fields, its request and its responses."""
         entry = {**fields, "request": request, "responses": responses}
         self._logger.info("inference audit", extra={"event": AUDIT_EVENT, "fields": entry})
+
+    def decision(self, fields: dict[str, Any]) -> None:
+        """One audit line for a release decision taken here (``fields``: the verdict's record)."""
+        self._logger.info("release verdict", extra={"event": RELEASE_EVENT, "fields": fields})
 
     def close(self) -> None:
         """Write the lines still queued and close the file (again: nothing)."""

@@ -255,13 +255,17 @@ def open_inference_log(settings: RequestLogSettings) -> InferenceLog | None:
     """
     if not settings.inferences and settings.sample_bodies <= 0:
         return None
-    audit = None
-    if settings.sample_bodies > 0:
-        from conch.observability.audit_log import AuditLog
-
-        max_bytes = settings.audit_max_mb * 1024 * 1024
-        try:
-            audit = AuditLog(settings.audit_path, settings.sample_bodies, settings.redact, max_bytes)
-        except OSError as exc:
-            raise ValueError(f"cannot open --audit-log {settings.audit_path}: {exc.strerror}") from None
+    audit = open_audit_log(settings) if settings.sample_bodies > 0 else None
     return InferenceLog(settings.inferences, audit, settings.redact)
+
+
+def open_audit_log(settings: RequestLogSettings) -> AuditLog:
+    """``--audit-log``, drawing ``--log-sample-bodies`` of the inferences (none at 0: release decisions
+    only). Raises ValueError, saying why, when the file cannot be opened."""
+    from conch.observability.audit_log import AuditLog
+
+    max_bytes = settings.audit_max_mb * 1024 * 1024
+    try:
+        return AuditLog(settings.audit_path, settings.sample_bodies, settings.redact, max_bytes)
+    except OSError as exc:
+        raise ValueError(f"cannot open --audit-log {settings.audit_path}: {exc.strerror}") from None

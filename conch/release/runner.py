@@ -8,7 +8,9 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conch.lifecycle.fingerprint import content_fingerprint
 from conch.lifecycle.model_control import ControlMode, ModelControl
@@ -72,6 +74,19 @@ def release_controller(
     releases.on_pinned_changed = reload
     releases.on_verdict = write
     return releases, store
+
+
+def audit_verdicts(releases: ReleaseController, write_line: Callable[[dict[str, Any]], None]) -> None:
+    """Each verdict decided on this server (a rejection, a promotion, an approval, a re-admission, with
+    who took it) is also handed to ``write_line``: ``--audit-log``'s file."""
+    written = releases.on_verdict
+
+    def audited(verdict: Verdict) -> None:
+        write_line(verdict.to_json())
+        if written is not None:
+            written(verdict)
+
+    releases.on_verdict = audited
 
 
 async def take_over(releases: ReleaseController, store: VerdictStore, poll_secs: float) -> None:

@@ -242,7 +242,14 @@ def test_under_jwt_an_approver_is_the_tokens_subject_and_needs_the_admin_scope(
     install(repository, 2, scale_model(1.0))
     jwks = write_jwks(tmp_path / "jwks.json")
     server = start_server(
-        repository, *AUTH_FLAGS, "--jwt-jwks", str(jwks), "--state-dir", str(tmp_path / "s")
+        repository,
+        *AUTH_FLAGS,
+        "--jwt-jwks",
+        str(jwks),
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--audit-log",
+        str(tmp_path / "audit.jsonl"),
     )
     spec = {"candidate": 2, "baseline": 1, "steps": [{"pause": True, "approvals": 2}, {"weight": 100}]}
     admin = {"authorization": f"Bearer {token('admin infer', sub='sre-alice')}"}
@@ -265,3 +272,8 @@ def test_under_jwt_an_approver_is_the_tokens_subject_and_needs_the_admin_scope(
     bob = {"authorization": f"Bearer {token('admin', sub='sre-bob')}"}
     assert approve(bob).status == 200
     wait_for(server, lambda: state() == "promoted", "two verified approvals pass the step")
+    lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    decided = [(line["kind"], line["identity"]) for line in lines if line["event"] == "release_verdict"]
+    assert ("approved", "sre-alice") in decided and ("approved", "sre-bob") in decided, lines
+    assert "promoted" in {kind for kind, _ in decided}
+    assert not any(line["event"] == "inference_audit" for line in lines)  # no body sample was asked for
