@@ -79,11 +79,16 @@ class GateFigures:
 class _VersionTally:
     requests: int = 0
     server_errors: int = 0
-    latencies: LatencySketch = field(default_factory=LatencySketch)
+    #: Latencies of the answers clients got, and of the shadow copies the version ran.
+    answers: LatencySketch = field(default_factory=LatencySketch)
+    copies: LatencySketch = field(default_factory=LatencySketch)
 
-    def figures(self, span: tuple[int, int] | None) -> VersionFigures:
-        latency = None if span is None else self.latencies.histogram(*span)
-        return VersionFigures(self.requests, self.server_errors, self.latencies.quantile(0.95), latency)
+    def latencies(self, copies: bool) -> LatencySketch:
+        return self.answers.plus(self.copies) if copies else self.answers
+
+    def figures(self, latencies: LatencySketch, span: tuple[int, int] | None) -> VersionFigures:
+        latency = None if span is None else latencies.histogram(*span)
+        return VersionFigures(self.requests, self.server_errors, latencies.quantile(0.95), latency)
 
 
 class StepFigures:
@@ -95,6 +100,12 @@ class StepFigures:
     not look faster. A version's first ``warming`` answers of the release are counted but not timed:
     a version loaded for the release answers its first few hundred requests up to 3 times slower
     (ONNX Runtime's first runs, a cold instance), which is not the version's speed.
+
+    A shadow copy's time is kept apart from client answers' (``copy``): a copy starts once a client
+    has its answer and never waits in the frontend, so a sample holding more copies differs from the
+    same graph answering clients. Latencies are compared client answers against client answers
+    whenever both versions answered clients in the step; copies count only where a version answers
+    none (a dark launch at weight 0, the baseline at 100%).
     """
 
     def __init__(self, drift_threshold: float, warming: int = 0) -> None:
@@ -111,15 +122,15 @@ class StepFigures:
         self.drift_scored = 0
         self.drifted = 0
 
-    def record_answer(self, role: Role, seconds: float, server_error: bool) -> None:
-        """One answer of ``role``'s version, which took ``seconds`` end to end."""
+    def record_answer(self, role: Role, seconds: float, server_error: bool, copy: bool = False) -> None:
+        """One answer of ``role``'s version, which took ``seconds`` end to end (a shadow ``copy``'s)."""
         tally = self._tallies[role]
         tally.requests += 1
         self._answered[role] += 1
         if server_error:
             tally.server_errors += 1
         elif self._answered[role] > self.warming:
-            tally.latencies.observe(seconds)
+            (tally.copies if copy else tally.answers).observe(seconds)
 
     def record_comparison(self, comparison: Comparison) -> None:
         """One request answered by both versions and compared."""
@@ -131,12 +142,15 @@ class StepFigures:
 
     def snapshot(self) -> GateFigures:
         """The figures as they are now, for :func:`judge`; both versions' latencies in the same buckets."""
-        spans = [tally.latencies.indices() for tally in self._tallies.values()]
+        base, cand = self._tallies[Role.BASELINE], self._tallies[Role.CANDIDATE]
+        copies = not (base.answers.count and cand.answers.count)
+        latencies = {role: tally.latencies(copies) for role, tally in self._tallies.items()}
+        spans = [sketch.indices() for sketch in latencies.values()]
         known = [span for span in spans if span is not None]
         span = (min(s[0] for s in known), max(s[1] for s in known)) if known else None
         return GateFigures(
-            baseline=self._tallies[Role.BASELINE].figures(span),
-            candidate=self._tallies[Role.CANDIDATE].figures(span),
+            baseline=base.figures(latencies[Role.BASELINE], span),
+            candidate=cand.figures(latencies[Role.CANDIDATE], span),
             compared=self.compared,
             agreements=self.agreements,
             drift_scored=self.drift_scored,

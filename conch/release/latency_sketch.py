@@ -37,6 +37,15 @@ class LatencySketch:
         self._buckets[index] = self._buckets.get(index, 0) + 1
         self.count += 1
 
+    def plus(self, other: LatencySketch) -> LatencySketch:
+        """A sketch of both sketches' latencies."""
+        both = LatencySketch()
+        both._buckets = dict(self._buckets)
+        for index, count in other._buckets.items():
+            both._buckets[index] = both._buckets.get(index, 0) + count
+        both.count = self.count + other.count
+        return both
+
     def quantile(self, q: float) -> float | None:
         """The nearest-rank ``q`` quantile (the ``ceil(q * count)``-th smallest), None when empty."""
         if self.count == 0:

@@ -80,15 +80,14 @@ class ShadowRunner:
             assert target.scheduler is not None
             other = await target.scheduler.schedule(copy)
         except ConchError as exc:
-            self.releases.record_answer(
-                model, target.version, time.perf_counter() - started, exc.kind.http_status >= 500
-            )
+            failed = exc.kind.http_status >= 500
+            self.releases.record_answer(model, target.version, time.perf_counter() - started, failed, True)
             return
         except Exception:  # the copy must never disturb the server; its failure is the version's
             log.exception("shadow copy on model '%s' version %d failed", model, target.version)
-            self.releases.record_answer(model, target.version, time.perf_counter() - started, True)
+            self.releases.record_answer(model, target.version, time.perf_counter() - started, True, True)
             return
-        self.releases.record_answer(model, target.version, time.perf_counter() - started, False)
+        self.releases.record_answer(model, target.version, time.perf_counter() - started, False, True)
         role = self.releases.role(model, answered.version)
         baseline, candidate = (
             (answer, other) if role is not None and role.value == "baseline" else (other, answer)

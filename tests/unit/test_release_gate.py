@@ -177,6 +177,24 @@ def test_step_figures_count_answers_errors_and_comparisons() -> None:
     assert (figures.compared, figures.agreements, figures.drift_scored, figures.drifted) == (3, 2, 2, 1)
 
 
+def test_latencies_compare_client_answers_alike_and_copies_only_where_a_version_answers_no_client() -> None:
+    step = StepFigures(drift_threshold=0.3)
+    for _ in range(20):
+        step.record_answer(Role.BASELINE, 0.010, server_error=False)
+        step.record_answer(Role.CANDIDATE, 0.002, server_error=False, copy=True)  # quick copies
+    # A dark launch: the candidate answers no client, so its copies are its only latencies.
+    dark = step.snapshot()
+    assert dark.candidate.p95_s == pytest.approx(0.002, rel=0.005) and dark.baseline.latency is not None
+    assert (dark.baseline.latency.total, dark.candidate.latency.total) == (20, 20)  # type: ignore[union-attr]
+    for _ in range(10):
+        step.record_answer(Role.CANDIDATE, 0.010, server_error=False)
+    # Both answer clients now: answer against answer, the copies left out of the comparison.
+    alike = step.snapshot()
+    assert alike.candidate.p95_s == pytest.approx(0.010, rel=0.005)
+    assert alike.candidate.latency is not None and alike.candidate.latency.total == 10
+    assert alike.candidate.requests == 30  # every answer still counts for the error rate
+
+
 def test_reset_forgets_the_previous_step() -> None:
     step = StepFigures(drift_threshold=0.3)
     step.record_answer(Role.CANDIDATE, 0.02, server_error=True)
