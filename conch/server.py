@@ -14,7 +14,6 @@ from typing import Any
 
 from conch import __version__
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
-from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
 from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
@@ -26,6 +25,7 @@ from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
+from conch.request_contract import ContractCheck, answer_parameters, checked_inputs, count_violation
 from conch.router.fallback import business_answer, is_device_error
 from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
@@ -88,6 +88,8 @@ class InferenceServer:
         self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
         #: Requests inside :meth:`infer` now, any model and protocol (``conch.busy_poll`` watches it).
         self.in_flight = RequestsInFlight()
+        #: More that readiness waits for (a stream's broker): each says why not ready, or "".
+        self.readiness_conditions: list[Callable[[], str]] = []
 
     async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
         """Triton's repository load: load or reload ``name``, with an optional config override.
@@ -144,6 +146,7 @@ class InferenceServer:
             self.started
             and not self.stopping
             and (not self.options.strict_readiness or self.repository.all_ready)
+            and not any(condition() for condition in self.readiness_conditions)
         )
 
     def not_ready_reason(self) -> str:
@@ -156,6 +159,9 @@ class InferenceServer:
             return "server is not ready: it is shutting down and finishing the requests it has"
         if not self.started:
             return "server is not ready: it is starting or stopping"
+        unmet = next((why for condition in self.readiness_conditions if (why := condition())), "")
+        if unmet:
+            return f"server is not ready: {unmet}"
         waiting = self.repository.not_ready()
         return (
             f"server is not ready: models not READY: {'; '.join(waiting)}. "
@@ -272,7 +278,7 @@ class InferenceServer:
         self.in_flight.enter()
         error: Exception | None = None
         try:
-            scheduled = self._scheduled(request, served)
+            scheduled, checked = self._scheduled(request, served)
             assert served.scheduler is not None
             try:
                 outputs = await served.scheduler.schedule(scheduled)
@@ -286,6 +292,7 @@ class InferenceServer:
         except ConchError as exc:
             error = exc
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
+            count_violation(request, served, exc)
             raise
         except Exception as exc:
             error = exc
@@ -302,24 +309,25 @@ class InferenceServer:
         queue_ns = scheduled.queue_ns
         stats.record_success(elapsed, queue_ns)
         self.router.shadow(route, scheduled, outputs)
+        parameters = route.parameters
+        if checked is not None:
+            parameters = answer_parameters(request, checked, parameters)
         return InferenceResponse(
             model_name=request.model_name,
             model_version=str(served.version),
             id=request.id,
             outputs=[Tensor.of(n, outputs[n]) for n in scheduled.output_names],
-            parameters=route.parameters,
+            parameters=parameters,
             queue_ns=queue_ns,
             compute_ns=elapsed - queue_ns,
         )
 
     def _scheduled(
         self, request: InferenceRequest, served: ModelVersion, stream: ResponseStream | None = None
-    ) -> ScheduledRequest:
-        """The request checked against the served version's config, on its way to the scheduler."""
+    ) -> tuple[ScheduledRequest, ContractCheck | None]:
+        """The request checked against its version's config and contract, and what they add to the answer."""
         config, parameters = served.config, request.parameters
-        inputs, output_names = validate_request(
-            request, config, served.max_batch_size_completed, served.request_rules
-        )
+        inputs, output_names, checked = checked_inputs(request, served)
         if "sequence_id" in parameters and not config.HasField("sequence_batching"):
             refuse_sequence_parameters(parameters, request.model_name)
         rows = request.batch_size(config.max_batch_size > 0)
@@ -332,7 +340,7 @@ class InferenceServer:
             id=request.id,
             stream=stream,
             trace=request.trace,
-        )
+        ), checked
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests for ``name`` go to a decoupled model (answered by :meth:`infer_stream`)."""
@@ -364,7 +372,7 @@ class InferenceServer:
         self.in_flight.enter()
         try:
             stream = ResponseStream()
-            scheduled = self._scheduled(request, served, stream)
+            scheduled, _ = self._scheduled(request, served, stream)
             assert served.scheduler is not None
             await served.scheduler.schedule(scheduled)
             async for outputs in stream:
@@ -386,6 +394,7 @@ class InferenceServer:
                 )
         except ConchError as exc:
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
+            count_violation(request, served, exc)
             raise
         finally:
             stats.pending -= 1

@@ -13,6 +13,8 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
+from conch.core.contract_enforcement import ContractOutcome, ContractViolation, enforce
+from conch.core.contracts import Contract
 from conch.core.errors import InvalidArgumentError, did_you_mean
 from conch.core.input_aliases import input_aliases
 from conch.core.types import InferenceRequest
@@ -23,13 +25,16 @@ def validate_request(
     config: mc.ModelConfig,
     max_batch_size_completed: bool = False,
     rules: RequestRules | None = None,
+    contract: Contract | None = None,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """The request's inputs by name and the output names to compute, once they fit ``config``.
 
     ``max_batch_size_completed`` says the server chose ``max_batch_size`` (auto-complete) rather than
     ``config.pbtxt``, so a batch over it is told to raise ``--default-max-batch-size`` instead.
     ``rules``: ``RequestRules.of(config)``, when the caller keeps them (a served version does:
-    ``ModelVersion.request_rules``).
+    ``ModelVersion.request_rules``). With a ``contract``, a wrong datatype or an absent required field
+    of it is a :class:`ContractViolation`, and an absent field the contract completes is let through:
+    :func:`validate_contracted_request` completes it.
     """
     if rules is None:
         rules = RequestRules.of(config)
@@ -50,17 +55,39 @@ def validate_request(
             raise InvalidArgumentError(f"input '{name}' is given more than once")
         if tensor.datatype != rule.datatype:
             want = datatypes.from_config_type(rule.config_type).name  # a type conch lacks: its 400
+            if contract is not None and name in contract.fields:
+                raise ContractViolation(
+                    config.name, name, "type", f"it was sent as {tensor.datatype}; send it as {want}"
+                )
             raise InvalidArgumentError(
                 f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
                 f"'{config.name}' expects '{want}'; send it as {want}"
             )
         inputs[name] = tensor.data
     for name in rules.required:
-        if name not in inputs:
+        if name not in inputs and (contract is None or not contract.supplies(name)):
+            if contract is not None and name in contract.fields:
+                raise ContractViolation(
+                    config.name, name, "required", "the input is missing and the field is required"
+                )
             missing = [each for each in rules.required if each not in inputs]
             raise InvalidArgumentError(_missing_inputs(config, list(inputs), missing))
     _check_shapes(inputs, rules, config, max_batch_size_completed)
     return inputs, _output_names(request, rules, config)
+
+
+def validate_contracted_request(
+    request: InferenceRequest,
+    config: mc.ModelConfig,
+    max_batch_size_completed: bool,
+    rules: RequestRules,
+    contract: Contract,
+) -> tuple[dict[str, np.ndarray], list[str], ContractOutcome]:
+    """:func:`validate_request`, then the inputs completed and held to the version's ``contract``."""
+    inputs, output_names = validate_request(request, config, max_batch_size_completed, rules, contract)
+    dims = {name: rule.dims for name, rule in rules.inputs.items()}
+    outcome = enforce(contract, inputs, dims, rules.max_batch_size > 0, config.name)
+    return inputs, output_names, outcome
 
 
 @dataclass(frozen=True, slots=True)

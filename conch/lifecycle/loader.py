@@ -24,6 +24,7 @@ from conch.backends import onnxruntime as ort_backend
 from conch.backends.kinds import BackendKind, backend_kind, infer_backend
 from conch.backends.onnxruntime_threads import one_thread_session
 from conch.backends.placement import Placement, instance_placements
+from conch.core.contracts import read_contract
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
 from conch.lifecycle.rejected_versions import RejectedVersion, rejected_note, still_rejected
@@ -244,6 +245,7 @@ class ModelLoader:
         version = ModelVersion(folder.name, number, config)
         version.max_batch_size_completed = "max_batch_size" not in fields
         try:
+            contract = read_contract(folder / str(number))  # a malformed one loads nothing
             kind = backend_kind(config)
             if kind is BackendKind.ONNX:
                 where = self._build_onnx(version, folder, number, config, fields, policy)
@@ -253,6 +255,13 @@ class ModelLoader:
                     raise UnavailableError(f"this server cannot run {kind.value} models")
                 build(version, folder, fields)
                 where = f"{kind.value} backend"
+            if contract is not None:
+                try:
+                    contract.check_config(version.config)
+                except ConchError:
+                    version.close()
+                    raise
+                version.contract = contract
         except ConchError as exc:
             version.reason = exc.message
             emit(

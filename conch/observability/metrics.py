@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from conch.observability.contract_metrics import ContractCollector
 from conch.observability.exposition import TritonCounter
 from conch.observability.gpu_allocator_metrics import GpuAllocatorCollector
 from conch.observability.host_metrics import HostCollector
@@ -153,6 +154,7 @@ def create_registry(
     if index is not None:
         registry.register(ModelReadinessCollector(index))
     registry.register(ModelLoadCollector())
+    registry.register(ContractCollector())
     for collector in more:  # the serving process's own: circuit breakers and fallbacks
         registry.register(collector)
     registry.register(HostCollector())

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from conch.core.contracts import Contract
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.core.request_validation import RequestRules
 from conch.observability.statistics import ModelStatistics
@@ -69,6 +70,8 @@ class ModelVersion:
     reported_readiness: Callable[[], Awaitable[tuple[bool, str]]] | None = None
     #: Schedulers this version no longer uses (its GPU one after the CPU fallback), closed with it.
     retired_schedulers: list[Scheduler] = field(default_factory=list)
+    #: The version's data contract (``contract.yaml``), None without one: requests are held to it.
+    contract: Contract | None = None
     #: The router's route to this version as it stands (:func:`conch.router.router._plain_route`),
     #: kept here so that a request builds none and an unloaded version takes it with it.
     plain_route: Route | None = field(default=None, init=False, repr=False, compare=False)
