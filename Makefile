@@ -29,7 +29,8 @@ serve: $(STAMP)
 
 # Programs from Debian's packages that the tests and the benchmarks drive (the package is named as
 # the command): Prometheus (tests/integration/test_prometheus.py, the release judge), headless
-# Chromium (tests/integration/test_status_page.py) and wrk (bench/). Missing ones are installed with
+# Chromium (tests/integration/test_status_page.py), redis-server (tests/*stream*, bench/streams.py) and
+# wrk (bench/). Missing ones are installed with
 # apt-get as root on Debian; elsewhere this says which are missing (see README).
 define debian_programs
 	@missing=$$(for p in $(1); do command -v $$p >/dev/null || echo $$p; done); \
@@ -44,7 +45,7 @@ define debian_programs
 endef
 
 test: $(TEST_STAMP)
-	$(call debian_programs,prometheus chromium)
+	$(call debian_programs,prometheus chromium redis-server)
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 from prometheus_client.registry import Collector
@@ -61,7 +62,11 @@ from conch.runtime.frontend_processes import FrontendStartError, frontends_for
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling
+from conch.streams.config import StreamsConfig
 from conch.usable_cores import usable_cores
+
+if TYPE_CHECKING:
+    from conch.streams.service import StreamService
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +121,8 @@ class ServeSettings:
     request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
     #: TLS on the HTTP and gRPC ports (off by default; see conch.frontends.tls).
     tls: TlsSettings = field(default_factory=TlsSettings)
+    #: ``--streams``: models fed from a broker's streams (None: none; see conch.streams).
+    streams: StreamsConfig | None = None
 
     @property
     def deep_health(self) -> DeepHealthSettings:
@@ -188,6 +195,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         releases,
     )
     register_backend_builders(control.loader, server, settings.backend_config)
+    streams = _stream_service(settings, server)
     if tracing.start(settings.tracing, os.environ):
         log.info("tracing inference requests to OTLP/HTTP (%s)", settings.tracing.endpoint or "OTEL_*")
     codes = AnswerCodes()
@@ -258,6 +266,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     if worker is None:
         collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
         collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
+        if streams is not None:
+            collectors.append(streams.collector())
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
         servers.append(HttpServer(metrics_app(registry), settings.http_limits, access))
     else:
@@ -297,6 +307,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         loop.add_signal_handler(sig, stop)
     # Ready as soon as HTTP accepts: the repository is loaded and gRPC already listens.
     server.started = True
+    if streams is not None:
+        streams.start()
     serving = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
     log.info(
         "serving%s: HTTP on %s:%d, gRPC on %s:%d, metrics on %s:%d",
@@ -314,6 +326,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         if lost:
             waits.append(asyncio.create_task(lost.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    if streams is not None:
+        await streams.stop(settings.exit_timeout_secs)  # read no more; finish and acknowledge the rest
     await drain(server, settings.exit_timeout_secs)
     server.started = False
     for each in servers:
@@ -333,6 +347,18 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         raise ServeError("the gRPC relay process exited; the server stopped")
     if frontends is not None and frontends.hub.lost.is_set():
         raise ServeError("a frontend process exited; the server stopped")
+
+
+def _stream_service(settings: ServeSettings, server: InferenceServer) -> StreamService | None:
+    """The consumers of ``--streams`` (None without it); redis-py is imported only then."""
+    if settings.streams is None:
+        return None
+    from conch.streams.service import StreamService, StreamsUnavailable
+
+    try:
+        return StreamService(server, settings.streams, settings.http_limits.max_body_bytes)
+    except StreamsUnavailable as exc:
+        raise ServeError(str(exc)) from None
 
 
 def routing_collectors(server: InferenceServer) -> list[Collector]:

@@ -9,7 +9,8 @@ set -eu
 prefix="$1"
 source="${2:-.}"
 python3 -m venv "$prefix"
-"$prefix/bin/pip" install --quiet -c "$source/constraints.txt" "$source"
+# The streams extra (redis-py) too, so that the image serves `conch serve --streams` (docs/streams.md).
+"$prefix/bin/pip" install --quiet -c "$source/constraints.txt" "$source[streams]"
 # The versions agree with each other, and the image would start: the entry point resolves and the serving
 # path imports.
 "$prefix/bin/pip" check

@@ -37,6 +37,8 @@ from conch.cli.serve_flags import (
     port_clash,
     resilience_flags,
     setting,
+    stream_flags,
+    streams_config,
 )
 from conch.cli.tls_flags import tls_flags, tls_settings
 from conch.cli.trace_flags import trace_flags, trace_settings
@@ -214,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model_control_flags(serve)
     backend_flags(serve)
+    stream_flags(serve)
     resilience_flags(serve)
     gateway_flags(serve)
     limit_flags(serve)
@@ -262,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway = gateway_settings(args)
         request_log = request_log_settings(args)
         tls = tls_settings(args)
+        streams = streams_config(args)
     except ValueError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 2
@@ -299,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         tracing=trace_settings(args),
         request_log=request_log,
         tls=tls,
+        streams=streams,
     )
     if args.frontends and (args.workers > 1 or args.grpc_relay):
         print("conch: --frontends replaces --workers and --grpc-relay; use one of them", file=sys.stderr)

@@ -191,3 +191,27 @@ def backend_flags(serve: argparse.ArgumentParser) -> None:
         "python,shm-growth-byte-size=N size the shared memory Python models' tensors cross in; repeat "
         "it for more (CONCH_BACKEND_CONFIG, space-separated; default: 1 MiB each)",
     )
+
+
+def stream_flags(serve: argparse.ArgumentParser) -> None:
+    """``--streams``: models fed from a broker's streams as well as by requests (conch docs streams)."""
+    setting(
+        serve,
+        "--streams",
+        str,
+        "",
+        "a streams.yaml naming the broker (redis:// or rediss://) and, for each model, the input stream "
+        "read as a consumer group and the results and dead-letter streams written; needs conch[streams] "
+        "(see conch docs streams)",
+    )
+
+
+def streams_config(args: argparse.Namespace) -> Any:
+    """The ``--streams`` file, read and checked (None without the flag); ValueError says what is wrong."""
+    if not args.streams:
+        return None
+    from pathlib import Path
+
+    from conch.streams.config import load_streams_config
+
+    return load_streams_config(Path(args.streams))
