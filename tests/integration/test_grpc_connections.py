@@ -3,12 +3,15 @@
 The server's side of HTTP/2 is read with a bare peer (``http2_peer``): the SETTINGS it announces, the
 pings it sends and the GOAWAY frames that end a connection. Real tritonclient calls check that clients
 that behave are not hurt: answered pings, unary calls across a connection's age, and a sequence
-streamed over ``ModelStreamInfer`` that outlives it.
+streamed over ``ModelStreamInfer`` that outlives it, where a short age grace cuts the same stream.
+Cases that only wait run side by side (an answering and a silent peer; the kept and the cut stream),
+so the file takes the longest wait once.
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
 
 from tests.fixtures.onnx_models import identity_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
@@ -45,6 +49,14 @@ def keepalive_server(start_server: Callable[..., ServerProcess], repository: Pat
 @pytest.fixture(scope="module")
 def aging_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
     return start_server(repository, "--grpc-max-connection-age-secs", "1")
+
+
+@pytest.fixture(scope="module")
+def graced_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
+    """The aging server's age with a one-second grace: a call open past both is cut."""
+    return start_server(
+        repository, "--grpc-max-connection-age-secs", "1", "--grpc-max-connection-age-grace-secs", "1"
+    )
 
 
 def plain_call(client: grpcclient.InferenceServerClient, value: float) -> float:
@@ -88,30 +100,32 @@ def test_the_stream_limit_holds_however_the_port_is_served(
         peer.close()
 
 
-def test_a_peer_that_stops_answering_pings_is_dropped(keepalive_server: ServerProcess) -> None:
-    peer = Http2Peer(keepalive_server.grpc_port, answer_pings=False)
+def test_a_peer_that_answers_pings_is_kept_and_one_that_does_not_is_dropped(
+    keepalive_server: ServerProcess,
+) -> None:
+    silent = Http2Peer(keepalive_server.grpc_port, answer_pings=False)
+    reader = threading.Thread(target=silent.read_for, args=(15,))
+    reader.start()  # the silent peer is read meanwhile: both wait out the same keepalive
+    peer = Http2Peer(keepalive_server.grpc_port)
     try:
-        peer.read_for(15)
+        with grpcclient.InferenceServerClient(keepalive_server.grpc_url) as client:
+            first = plain_call(client, 1.0)
+            peer.read_for(3.5)  # the client's connection is pinged meanwhile too
+            second = plain_call(client, 2.0)
     finally:
         peer.close()
-    pings = [each.at for each in peer.frames if each.kind == PING]
-    assert pings, "the server never pinged an idle connection"
-    assert peer.closed_at is not None, "a peer that answers no ping still holds its connection"
-    assert [g.goaway_reason for g in peer.goaways()] == ["ping_timeout"]
-    assert peer.closed_at - pings[0] < 5  # the timeout is 1 s; a loaded machine gets slack
-
-
-def test_a_peer_that_answers_is_pinged_and_kept(keepalive_server: ServerProcess) -> None:
-    peer = Http2Peer(keepalive_server.grpc_port)
-    with grpcclient.InferenceServerClient(keepalive_server.grpc_url) as client:
-        first = plain_call(client, 1.0)
-        peer.read_for(3.5)  # the client's connection is pinged meanwhile too
-        second = plain_call(client, 2.0)
-    peer.close()
+        reader.join(20)
+        silent.close()
     assert (first, second) == (1.0, 2.0)
     assert peer.closed_at is None and not peer.goaways()
     # Past the two pings gRPC once allowed a connection without data: an idle peer is pinged for ever.
     assert len([each for each in peer.frames if each.kind == PING and not each.flags & ACK]) >= 3
+
+    pings = [each.at for each in silent.frames if each.kind == PING]
+    assert pings, "the server never pinged an idle connection"
+    assert silent.closed_at is not None, "a peer that answers no ping still holds its connection"
+    assert [g.goaway_reason for g in silent.goaways()] == ["ping_timeout"]
+    assert silent.closed_at - pings[0] < 5  # the timeout is 1 s; a loaded machine gets slack
 
 
 def test_a_ping_flood_is_sent_away(keepalive_server: ServerProcess) -> None:
@@ -166,17 +180,52 @@ def test_unary_calls_keep_working_across_the_connections_age(aging_server: Serve
     assert len(seen) >= 2, "the client kept one connection: it never reached its age"
 
 
-def test_an_open_sequence_stream_outlives_the_connections_age(aging_server: ServerProcess) -> None:
-    answers: queue.Queue[Any] = queue.Queue()
-    with grpcclient.InferenceServerClient(aging_server.grpc_url) as client:
-        client.start_stream(callback=lambda result, error: answers.put(error or result))
-        sequence_step(client, 61, 1.0, start=True, end=False)
-        first = answers.get(timeout=10)
-        time.sleep(3)  # past the age (1 s and its spread) and past any grace of a second or two
-        sequence_step(client, 61, 2.0, start=False, end=False)
-        sequence_step(client, 61, 3.0, start=False, end=True)
-        rest = [answers.get(timeout=10) for _ in range(2)]
-        client.stop_stream()
+class SequenceStream:
+    """A tritonclient ``ModelStreamInfer`` stream holding one open sequence of the accumulator, and
+    every answer or error its callback got, with the seconds since the stream opened."""
+
+    def __init__(self, server: ServerProcess, sequence_id: int) -> None:
+        self.sequence_id = sequence_id
+        self.answers: queue.Queue[tuple[float, Any]] = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(server.grpc_url)
+        self.opened = time.monotonic()
+        self.client.start_stream(
+            callback=lambda result, error: self.answers.put((time.monotonic() - self.opened, error or result))
+        )
+        self.step(1.0, start=True)
+
+    def step(self, value: float, start: bool = False, end: bool = False) -> None:
+        sequence_step(self.client, self.sequence_id, value, start, end)
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+
+def test_the_default_grace_keeps_an_open_sequence_stream_and_a_short_grace_cuts_it(
+    aging_server: ServerProcess, graced_server: ServerProcess
+) -> None:
+    """The same age (1 s) on both servers; the grace alone differs: none (the default) or 1 s."""
+    kept, cut = SequenceStream(aging_server, 61), SequenceStream(graced_server, 62)
+    try:
+        first = kept.answers.get(timeout=10)[1]
+        assert not isinstance(cut.answers.get(timeout=10)[1], Exception)
+        # Past the age (1 s and its spread) and the short grace; a cut comes with its time.
+        try:
+            cut_at, error = cut.answers.get(timeout=8)
+        except queue.Empty:
+            raise AssertionError("a stream open past its age and a 1 s grace was not cut") from None
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - kept.opened)))
+        kept.step(2.0)
+        kept.step(3.0, end=True)
+        rest = [kept.answers.get(timeout=10)[1] for _ in range(2)]
+    finally:
+        kept.close()
+        cut.close()
     assert not [str(each) for each in [first, *rest] if isinstance(each, Exception)]
     sums = [float(each.as_numpy("OUTPUT").ravel()[0]) for each in [first, *rest]]
     assert sums == [1.0, 3.0, 6.0]
+
+    assert isinstance(error, InferenceServerException), error
+    assert error.status() == "StatusCode.UNAVAILABLE" and "max connection age" in str(error)
+    assert cut_at > 1.5, f"cut at {cut_at:.2f} s: before the age (0.9 s at the soonest) and its 1 s grace"
