@@ -3,7 +3,8 @@
 Targets, one parser each (``conch deploy TARGET --help``):
 
 - ``kubernetes REPO -o DIR``: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget,
-  ServiceMonitor and PrometheusRule for serving REPO (``conch/deploy/``);
+  ServiceMonitor and PrometheusRule for serving REPO (``conch/deploy/``); with ``--streams``, KEDA's
+  ScaledObject in place of the HPA;
 - ``argocd -o DIR``: an Argo CD Application that syncs those manifests from Git;
 - ``kserve -o DIR``: a KServe ServingRuntime running conch and an example InferenceService;
 - ``monitoring -o DIR``: the alerts and the Grafana dashboard (``conch/cli/deploy_monitoring.py``).
@@ -136,6 +137,7 @@ def _run_kubernetes(args: argparse.Namespace) -> int:
     from conch.deploy.release_checks import release_warnings
     from conch.deploy.repository_check import gpu_warning
     from conch.deploy.settings import DeploySettingsError, read_deploy_file, resolve
+    from conch.deploy.streams import unserved_stream_models
     from conch.deploy.writer import write_manifests
     from conch.validation import NotAModelOrRepositoryError, model_folders
 
@@ -152,6 +154,14 @@ def _run_kubernetes(args: argparse.Namespace) -> int:
         settings = resolve(args.repository, vars(args), file_values, facts.shm_size, facts.releases)
     except DeploySettingsError as exc:
         print(f"conch deploy: {exc}", file=sys.stderr)
+        return 2
+    unserved = unserved_stream_models(settings, facts.models)
+    if unserved:
+        print(
+            f"conch deploy: the streams file names {', '.join(unserved)}, which {args.repository} does not "
+            f"hold; it serves {', '.join(sorted(facts.models))}. Nothing was written.",
+            file=sys.stderr,
+        )
         return 2
     if facts.releases and not settings.releases:
         print(

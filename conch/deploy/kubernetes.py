@@ -30,6 +30,14 @@ from conch.deploy.manifests import Manifest, register
 from conch.deploy.quantities import parse_quantity
 from conch.deploy.releases import DIGEST_ANNOTATION, digest, releases_name
 from conch.deploy.settings import GRPC_PORT, HTTP_PORT, IMAGE_MODELS, METRICS_PORT, DeploySettings
+from conch.deploy.streams import (
+    STREAMS_DIGEST_ANNOTATION,
+    streams_arguments,
+    streams_digest,
+    streams_environment,
+    streams_mounts,
+    streams_volumes,
+)
 from conch.runtime.frontend_count import auto_frontends
 
 #: Seconds ``preStop`` waits before conch sees SIGTERM: the endpoints controller and kube-proxy take a
@@ -83,8 +91,14 @@ def deployment(settings: DeploySettings) -> Manifest:
 
 def template_metadata(settings: DeploySettings) -> dict[str, Any]:
     found: dict[str, Any] = {"labels": dict(settings.labels)}
+    annotations = {}
     if settings.releases:
-        found["annotations"] = {DIGEST_ANNOTATION: digest(settings.releases)}
+        annotations[DIGEST_ANNOTATION] = digest(settings.releases)
+    streams = streams_digest(settings)
+    if streams:
+        annotations[STREAMS_DIGEST_ANNOTATION] = streams
+    if annotations:
+        found["annotations"] = annotations
     return found
 
 
@@ -118,7 +132,7 @@ def container(settings: DeploySettings) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": "conch",
         "image": settings.image,
-        "args": ["serve", settings.repository_path],
+        "args": ["serve", settings.repository_path, *streams_arguments(settings)],
         "env": environment(settings),
     }
     if settings.s3_secret:
@@ -146,7 +160,7 @@ def container(settings: DeploySettings) -> dict[str, Any]:
     return spec
 
 
-def environment(settings: DeploySettings) -> list[dict[str, str]]:
+def environment(settings: DeploySettings) -> list[dict[str, Any]]:
     variables = {
         "CONCH_EXIT_TIMEOUT_SECS": str(settings.exit_timeout_secs),
         "CONCH_LOG_FORMAT": "json",
@@ -165,7 +179,8 @@ def environment(settings: DeploySettings) -> list[dict[str, str]]:
             variables[f"CONCH_{port}_SERVER_KEY"] = f"{TLS_FOLDER}/tls.key"
     # Written only when sampling is on (CONCH_LOG_SAMPLE_BODIES above 0); rotated at 100 MB, 3 kept.
     variables["CONCH_AUDIT_LOG"] = AUDIT_LOG
-    return [{"name": name, "value": value} for name, value in variables.items()]
+    plain: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in variables.items()]
+    return plain + streams_environment(settings)
 
 
 def pod_frontends(cpu: str) -> str:
@@ -221,7 +236,7 @@ def volumes(settings: DeploySettings) -> list[dict[str, Any]]:
     if settings.tls_secret:
         # Readable by conch's group only (fsGroup), not by every user of the pod.
         found.append({"name": "tls", "secret": {"secretName": settings.tls_secret, "defaultMode": 0o440}})
-    return found
+    return found + streams_volumes(settings)
 
 
 def volume_mounts(settings: DeploySettings) -> list[dict[str, Any]]:
@@ -240,7 +255,7 @@ def volume_mounts(settings: DeploySettings) -> list[dict[str, Any]]:
     ]
     if settings.tls_secret:
         mounts.append({"name": "tls", "mountPath": TLS_FOLDER, "readOnly": True})
-    return mounts
+    return mounts + streams_mounts(settings)
 
 
 def service(settings: DeploySettings) -> Manifest:

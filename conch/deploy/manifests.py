@@ -3,9 +3,9 @@
 A manifest is a plain dict (one Kubernetes object) built from the :class:`DeploySettings`; a builder
 returns ``None`` when the settings ask for no such object. Each builder writes one file of the output
 folder. The core kinds register themselves here (``conch/deploy/kubernetes.py``, ``scaling.py``,
-``scraping.py``, ``releases.py``); the monitoring room (``conch/deploy/monitoring``) registers
-``prometheusrule.yaml`` by calling :func:`register` at import, so ``conch deploy kubernetes`` writes its
-golden-signal alerts without this package knowing their rules.
+``scraping.py``, ``releases.py``, ``streams.py``, ``keda.py``); the monitoring room
+(``conch/deploy/monitoring``) registers ``prometheusrule.yaml`` by calling :func:`register` at import,
+so ``conch deploy kubernetes`` writes its golden-signal alerts without this package knowing their rules.
 
 Why a registry rather than a list in the writer: the alerts are the monitoring room's knowledge, and
 ``conch deploy monitoring`` writes the same PrometheusRule on its own; one builder serves both.
@@ -43,6 +43,8 @@ BUILDER_MODULES = (
     "conch.deploy.releases",
     "conch.deploy.scaling",
     "conch.deploy.scraping",
+    "conch.deploy.streams",
+    "conch.deploy.keda",
     "conch.deploy.monitoring",
 )
 

@@ -6,10 +6,14 @@ scales on ``nv_inference_pending_request_count``, the requests each pod holds in
 instances, read through prometheus-adapter (the adapter rule is in ``docs/deploy.md``): it rises as
 soon as a pod falls behind, before latency does, and whatever the model's CPU profile. Whichever is
 not active (``--autoscale-on``) is written as comment lines above the active one in ``hpa.yaml``, so
-swapping is an edit, and both are validated by the tests.
+swapping is an edit, and both are validated by the tests. With ``--streams`` KEDA's ScaledObject
+(``conch/deploy/keda.py``) carries the same metric beside the streams' lag, and no HPA is written: KEDA
+runs its own HPA, and two autoscalers on one Deployment would undo each other's counts.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import yaml
 
@@ -19,6 +23,9 @@ from conch.deploy.settings import DeploySettings
 
 #: The per-pod series prometheus-adapter exposes to the autoscaler (conch's own gauge, summed per pod).
 PENDING_REQUESTS_METRIC = "nv_inference_pending_request_count"
+#: Seconds of lower recommendations before scaling down: a model's load and warm-up make a new pod
+#: expensive, so a short lull must not cost one.
+SCALE_DOWN_WINDOW_SECS = 300
 
 
 def autoscaler(settings: DeploySettings, on: str | None = None) -> Manifest:
@@ -49,10 +56,14 @@ def autoscaler(settings: DeploySettings, on: str | None = None) -> Manifest:
             "minReplicas": settings.replicas,
             "maxReplicas": settings.max_replicas,
             "metrics": [metric],
-            # Scale down slowly: a model's load and warm-up make a new pod expensive.
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+            "behavior": scale_down_behavior(),
         },
     }
+
+
+def scale_down_behavior() -> dict[str, Any]:
+    """The autoscaler's ``behavior``: KEDA's HPA gets the same (``conch/deploy/keda.py``)."""
+    return {"scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_WINDOW_SECS}}
 
 
 def alternate_autoscaler(settings: DeploySettings) -> str:
@@ -76,5 +87,10 @@ def disruption_budget(settings: DeploySettings) -> Manifest:
     }
 
 
-register("hpa.yaml", autoscaler, preamble=alternate_autoscaler)
+def conch_autoscaler(settings: DeploySettings) -> Manifest | None:
+    """``hpa.yaml``: the HorizontalPodAutoscaler, unless KEDA's ScaledObject scales the Deployment."""
+    return None if settings.streams else autoscaler(settings)
+
+
+register("hpa.yaml", conch_autoscaler, preamble=alternate_autoscaler)
 register("pdb.yaml", disruption_budget)

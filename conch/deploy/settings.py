@@ -18,6 +18,7 @@ import yaml
 
 from conch import __version__
 from conch.deploy.quantities import QuantityError, cpu_quantity, memory_quantity, scaled_memory
+from conch.deploy.streams_file import StreamsFile, streams_file
 from conch.release.verdict_store import VERDICTS_FOLDER
 
 #: conch serve's ports (Triton's), the same in every pod.
@@ -26,6 +27,9 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 IMAGE_MODELS = "/models"
 #: Memory limit over request when --memory-limit is not given: allocator jitter stays under the limit.
 MEMORY_LIMIT_FACTOR = 1.3
+#: Where KEDA asks for conch's metrics with --streams and --autoscale-on pending-requests: the Service
+#: Prometheus Operator creates for its Prometheus (kube-prometheus-stack installs it in ``monitoring``).
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 
 
 class DeploySettingsError(ValueError):
@@ -150,6 +154,20 @@ KUBERNETES_SETTINGS = [
             "where every pod shares the versions releases rejected, promoted and approved (conch serve "
             "--release-store): s3://bucket/prefix or a folder on a shared volume; default: .conch-verdicts "
             "beside an s3:// repository, else each pod's own state folder (not shared: a warning says so)"),
+    Setting("--streams", streams_file, None,
+            "a streams.yaml (conch serve --streams): shipped in a ConfigMap, and a KEDA ScaledObject on its "
+            "streams' lag and the autoscaler's metric replaces the HorizontalPodAutoscaler; default none"),
+    Setting("--stream-secret", str, None,
+            "a Secret holding the broker's password (key password; key username too when streams.yaml "
+            "names a user), given to the pods as password_env or password_file says and to KEDA's "
+            "TriggerAuthentication; default none (no password)"),
+    Setting("--stream-scale-on", _choice("lag", "pending"), "lag",
+            "KEDA's stream metric: lag (entries not yet delivered to the group; Redis 7+) or pending "
+            "(delivered, not yet acknowledged)"),
+    Setting("--target-stream-lag", _count(1), "100", "stream entries per pod the ScaledObject aims for"),
+    Setting("--prometheus-url", str, DEFAULT_PROMETHEUS_URL,
+            "the Prometheus KEDA asks for the pending-requests trigger (with --streams and --autoscale-on "
+            "pending-requests)"),
 ]  # fmt: skip
 
 
@@ -178,6 +196,11 @@ class DeploySettings:
     target_cpu_percent: int
     target_pending_requests: int
     release_store: str | None
+    streams: StreamsFile | None
+    stream_secret: str | None
+    stream_scale_on: str
+    target_stream_lag: int
+    prometheus_url: str
     #: Each model's ``release.yaml`` text, shipped in a ConfigMap (``conch/deploy/releases.py``); empty
     #: unless the repository is baked into the image (a volume or a bucket holds its own files).
     releases: dict[str, str] = field(default_factory=dict)
@@ -222,6 +245,27 @@ def read_deploy_file(path: Path) -> dict[str, Any]:
     return document
 
 
+def _check_stream_secret(streams: StreamsFile | None, secret: str | None) -> None:
+    """A Secret exactly when the streams file says where ``conch serve`` reads a password."""
+    if streams is None:
+        if secret:
+            raise DeploySettingsError(
+                "--stream-secret is the broker's password: give --streams streams.yaml too"
+            )
+        return
+    reads = streams.password_env or streams.password_file
+    if reads and not secret:
+        raise DeploySettingsError(
+            f"{streams.filename} reads the broker's password from {reads}: give --stream-secret NAME, the "
+            "Secret that holds it under the key 'password'"
+        )
+    if secret and not reads:
+        raise DeploySettingsError(
+            f"--stream-secret {secret}: {streams.filename} does not say where conch reads the password; "
+            "add 'password_env: REDIS_PASSWORD' (or 'password_file: /etc/conch/redis/password') to it"
+        )
+
+
 def resolve(
     repository: Path,
     flags: Mapping[str, Any],
@@ -252,5 +296,6 @@ def resolve(
         )
     if values["s3_secret"] and values["models"].kind != "s3":
         raise DeploySettingsError("--s3-secret is for an s3:// repository: give --models s3://bucket/prefix")
+    _check_stream_secret(values["streams"], values["stream_secret"])
     shipped = dict(releases or {}) if values["models"].kind == "image" else {}
     return DeploySettings(repository=repository, releases=shipped, **values)

@@ -1,4 +1,4 @@
-// Validates Argo CD and Prometheus Operator manifests with the kubernetes-models packages' own
+// Validates Argo CD, Prometheus Operator and KEDA manifests with the kubernetes-models packages' own
 // validators: each YAML document becomes its model, and model.validate() checks it against the CRD's
 // schema. Usage: node validate.mjs FILE...; exit 0 when every document validates, 1 otherwise, with
 // one line per document either way.
@@ -6,11 +6,14 @@ import { readFileSync } from "node:fs";
 import { parseAllDocuments } from "yaml";
 import { Application } from "@kubernetes-models/argo-cd/argoproj.io/v1alpha1";
 import { PrometheusRule, ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+import { ScaledObject, TriggerAuthentication } from "@kubernetes-models/keda/keda.sh/v1alpha1";
 
 const MODELS = {
   "argoproj.io/v1alpha1 Application": Application,
   "monitoring.coreos.com/v1 PrometheusRule": PrometheusRule,
   "monitoring.coreos.com/v1 ServiceMonitor": ServiceMonitor,
+  "keda.sh/v1alpha1 ScaledObject": ScaledObject,
+  "keda.sh/v1alpha1 TriggerAuthentication": TriggerAuthentication,
 };
 
 let failed = false;

@@ -1,8 +1,10 @@
 """The kinds beyond core Kubernetes, checked by their own projects' validators:
 
-- Argo CD's ``Application`` and Prometheus Operator's ``ServiceMonitor`` and ``PrometheusRule`` by the
-  npm packages ``@kubernetes-models/argo-cd`` and ``@kubernetes-models/prometheus-operator``
-  (``tests/deploy_validators/validate.mjs``, ``npm ci`` from the pinned package-lock.json);
+- Argo CD's ``Application``, Prometheus Operator's ``ServiceMonitor`` and ``PrometheusRule``, and KEDA's
+  ``ScaledObject`` and ``TriggerAuthentication`` (``--streams``) by the npm packages
+  ``@kubernetes-models/argo-cd``, ``@kubernetes-models/prometheus-operator`` and
+  ``@kubernetes-models/keda`` (``tests/deploy_validators/validate.mjs``, ``npm ci`` from the pinned
+  package-lock.json);
 - KServe's ``ServingRuntime`` and ``InferenceService`` loaded into the kserve SDK's models
   (``tests/deploy_validators/kserve_load.py``, in a venv of its own: kserve's pins conflict with conch's).
 
@@ -88,10 +90,23 @@ def kserve_python() -> Path:
     return folder / "bin" / "python"
 
 
+STREAMS = """\
+broker: rediss://redis.streams:6379/0
+password_env: REDIS_PASSWORD
+streams:
+  - {model: iris-pipeline, input: iris-in, group: conch, results: iris-out, dead_letter: iris-dlq}
+"""
+
+
 @pytest.fixture(scope="module")
 def manifests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("manifests")
     assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out)]) == 0
+    streams = out / "streams" / "streams.yaml"
+    streams.parent.mkdir()
+    streams.write_text(STREAMS)
+    keda = ["--streams", str(streams), "--stream-secret", "redis-auth"]
+    assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out / "keda"), *keda]) == 0
     argocd = ["--repo-url", "https://git.example.com/ml/deploy.git", "--path", "clusters/prod/conch"]
     assert main(["deploy", "argocd", "-o", str(out), *argocd]) == 0
     assert main(["deploy", "kserve", "-o", str(out), "--gpus", "1"]) == 0
@@ -125,6 +140,42 @@ def test_argo_cd_and_prometheus_operator_kinds_validate(node_validator: Path, ma
     assert checked.stdout.count("PASS ") == 3
     for kind in ("Application", "ServiceMonitor", "PrometheusRule"):
         assert kind in checked.stdout
+
+
+def test_keda_kinds_validate(node_validator: Path, manifests: Path) -> None:
+    keda = manifests / "keda"
+    checked = run_node(node_validator, keda / "scaledobject.yaml", keda / "triggerauthentication.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "PASS" in checked.stdout and "FAIL" not in checked.stdout
+    assert "ScaledObject conch" in checked.stdout and "TriggerAuthentication conch-redis" in checked.stdout
+
+
+def test_the_keda_validator_refuses_broken_manifests(
+    node_validator: Path, manifests: Path, tmp_path: Path
+) -> None:
+    def replicas_as_text(doc: dict[str, Any]) -> None:
+        doc["spec"]["minReplicaCount"] = "two"
+
+    def trigger_without_type(doc: dict[str, Any]) -> None:
+        del doc["spec"]["triggers"][0]["type"]
+
+    def number_parameter(doc: dict[str, Any]) -> None:
+        doc["spec"]["triggers"][0]["metadata"]["lagCount"] = 100
+
+    def secret_refs_as_mapping(doc: dict[str, Any]) -> None:
+        doc["spec"]["secretTargetRef"] = {"parameter": "password"}
+
+    scaled, auth = manifests / "keda" / "scaledobject.yaml", manifests / "keda" / "triggerauthentication.yaml"
+    cases = {
+        "minReplicaCount must be integer": edited(scaled, tmp_path / "s1.yaml", replicas_as_text),
+        "must have required property type": edited(scaled, tmp_path / "s2.yaml", trigger_without_type),
+        "lagCount must be string": edited(scaled, tmp_path / "s3.yaml", number_parameter),
+        "secretTargetRef must be array": edited(auth, tmp_path / "t.yaml", secret_refs_as_mapping),
+    }
+    for message, broken in cases.items():
+        checked = run_node(node_validator, broken)
+        assert checked.returncode == 1, checked.stdout
+        assert "FAIL" in checked.stdout and message in checked.stdout, checked.stdout
 
 
 def test_the_npm_validators_refuse_broken_manifests(
