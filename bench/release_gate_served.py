@@ -5,7 +5,8 @@ Why: the simulation repeats each case 20 times; this run checks that a real serv
 copies and timings give the same decisions. Each case starts a poll-mode server on loopback with
 version 1, declares the release (10% for 2m, 50% with shadow for 1m, 100%, no ``gate:``), installs
 version 2 as ``conch install`` does (one rename), and drives 16 client threads (half HTTP, half gRPC)
-until the release is decided: promoted, rolled back or paused.
+until the release is decided: promoted, rolled back or paused. ``--repeats N`` releases each case N
+times, each on a fresh server, and ends with how many went the right way.
 
 The models take FP32 ``INPUT0`` [N, 4] of uniform values and answer ``OUTPUT0`` = ``INPUT0``, a 4-way
 score whose argmax is the prediction, after ``layers`` [512, 512] matrix products whose result is
@@ -153,23 +154,32 @@ def _status(server: ServerProcess) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--repeats", type=int, default=1, help="releases of each case, one after another")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds a release may take")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory() as scratch:
-        for name in args.cases:
-            found = run_case(name, Path(scratch), args.timeout)
+        for repeat, name in ((r, n) for n in args.cases for r in range(args.repeats)):
+            found = run_case(name, Path(scratch) / str(repeat), args.timeout)
             results.append(found)
             print(
-                f"{name}: {found['state']} ({'right' if found['right_way'] else 'WRONG'}) "
+                f"{name} #{repeat + 1}: {found['state']} ({'right' if found['right_way'] else 'WRONG'}) "
                 f"{found['decided_after_s']} s after start, step {found['step']}, candidate "
                 f"{found['candidate_answers']} of {found['client_answers']} client answers "
                 f"({found['candidate_share']:.1%}), {found['client_failures']} client failures; "
                 f"{found['reason']}"
             )
             for check in found["gate"]["checks"]:
-                print(f"    {check}")
+                print(f"    {check}", flush=True)
+    for name in args.cases:
+        runs = [found for found in results if found["case"] == name]
+        right = sum(found["right_way"] for found in runs)
+        times = sorted(found["decided_after_s"] for found in runs)
+        print(
+            f"{name}: {right} of {len(runs)} the right way ({CASES[name][2]}); decided after "
+            f"{times[len(times) // 2]} s (median), {times[-1]} s (worst)"
+        )
     stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stamp}-release-gate-served.json").write_text(json.dumps(results, indent=1) + "\n")
