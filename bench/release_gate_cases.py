@@ -42,6 +42,7 @@ import numpy as np
 from conch.release.compare import Comparison
 from conch.release.controller import ReleaseController
 from conch.release.spec import spec_from_dict
+from tests.fixtures.release_fakes import Clock, FakeRepository
 
 MODEL = "wine"
 RATE_PER_S = 300
@@ -75,46 +76,6 @@ CASES = (
 )
 
 
-class _Version:
-    def __init__(self, number: int) -> None:
-        self.version = number
-        self.ready = True
-        self.reason = ""
-
-
-class _Model:
-    def __init__(self) -> None:
-        self.versions = {1: _Version(1), 2: _Version(2)}
-
-    @property
-    def ready_versions(self) -> list[_Version]:
-        return [v for v in self.versions.values() if v.ready]
-
-
-class SimulatedRepository:
-    """What the controller asks of a repository: one model with versions 1 and 2, both READY."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        for number in (1, 2):
-            (root / MODEL / str(number)).mkdir(parents=True, exist_ok=True)
-        self.models = {MODEL: _Model()}
-
-    def model_folders(self) -> list[Path]:
-        return [self.root / MODEL]
-
-    def model(self, name: str) -> _Model:
-        return self.models[name]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Outcome:
     case: str
@@ -135,7 +96,7 @@ def run_release(case: Case, seed: int, root: Path) -> Outcome:
     """One release of ``case``'s candidate against the baseline, to its end (or :data:`MAX_S`)."""
     rng = np.random.default_rng(seed)
     clock = Clock()
-    controller = ReleaseController(SimulatedRepository(root), None, clock=clock)  # type: ignore[arg-type]
+    controller = ReleaseController(FakeRepository(root, MODEL), None, clock=clock)  # type: ignore[arg-type]
     controller.start(MODEL, spec_from_dict({"candidate": 2, "baseline": 1, "steps": STEPS}))
     held = controller.releases[MODEL]
     started = clock.now

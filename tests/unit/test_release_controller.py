@@ -18,49 +18,9 @@ from conch.release.compare import Comparison
 from conch.release.controller import ReleaseController
 from conch.release.spec import spec_from_dict
 from conch.release.state import ReleaseState
+from tests.fixtures.release_fakes import Clock, FakeRepository, FakeVersion
 
 MODEL = "scored"
-
-
-class FakeVersion:
-    def __init__(self, number: int, ready: bool = True) -> None:
-        self.version = number
-        self.ready = ready
-        self.reason = ""
-
-
-class FakeModel:
-    def __init__(self, *versions: FakeVersion) -> None:
-        self.versions = {v.version: v for v in versions}
-
-    @property
-    def ready_versions(self) -> list[FakeVersion]:
-        return [v for v in self.versions.values() if v.ready]
-
-
-class FakeRepository:
-    """A model folder with versions 1 and 2 on disk, and what the lifecycle loaded of them."""
-
-    def __init__(self, root: Path, candidate_loaded: bool = True) -> None:
-        self.root = root
-        for number in (1, 2):
-            (root / MODEL / str(number)).mkdir(parents=True)
-        loaded = (FakeVersion(1), FakeVersion(2)) if candidate_loaded else (FakeVersion(1),)
-        self.models = {MODEL: FakeModel(*loaded)}
-
-    def model_folders(self) -> list[Path]:
-        return [self.root / MODEL]
-
-    def model(self, name: str) -> FakeModel:
-        return self.models[name]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Traffic:
@@ -88,7 +48,7 @@ def release(
     tmp_path: Path, gate: dict[str, Any] | None = None, **top: Any
 ) -> tuple[ReleaseController, Traffic]:
     clock = Clock()
-    repository = FakeRepository(tmp_path, top.pop("candidate_loaded", True))
+    repository = FakeRepository(tmp_path, MODEL, top.pop("candidate_loaded", True))
     controller = ReleaseController(repository, None, clock=clock)  # type: ignore[arg-type]
     steps = top.pop(
         "steps", [{"weight": 10, "duration": "20s"}, {"weight": 50, "duration": "20s"}, {"weight": 100}]
