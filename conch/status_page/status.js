@@ -161,6 +161,22 @@ function eventItem(event) {
   );
 }
 
+function streamRow(stream) {
+  const reasons = Object.entries(stream.dead_letters).filter(([, count]) => count > 0);
+  const dead = reasons.length ? reasons.map(([reason, count]) => `${reason} ${count}`).join(", ") : "0";
+  const broker = stream.broker_up ? el("span", { class: "badge ok" }, "up") : el("span", { class: "badge bad" }, "unreachable");
+  return el(
+    "tr", {},
+    cell("Stream", el("strong", {}, stream.stream), el("span", { class: "muted" }, ` → ${stream.results}`)),
+    cell("Model", stream.model),
+    cell("Broker", broker, stream.paused ? el("span", { class: "muted" }, ` paused: ${stream.paused}`) : null),
+    cell("Lag", stream.lag === null ? "–" : String(stream.lag)),
+    cell("Records/s", fixed(stream.records_per_s, 1)),
+    cell("Results", String(stream.records.result || 0)),
+    cell("Dead letters", dead),
+  );
+}
+
 function draw(status) {
   const server = status.server;
   byId("server").replaceChildren(`${server.name} ${server.version} `, el("span", { class: `badge ${server.ready ? "ok" : "bad"}` }, server.ready ? "ready" : "not ready"));
@@ -169,6 +185,9 @@ function draw(status) {
   const rows = byId("models").tBodies[0];
   rows.replaceChildren(...status.models.map(modelRow));
   if (status.models.length === 0) rows.append(el("tr", {}, el("td", { colspan: "8", class: "muted" }, "no models")));
+  const streams = status.streams || [];
+  byId("streams-section").hidden = streams.length === 0;
+  byId("streams").tBodies[0].replaceChildren(...streams.map(streamRow));
   const releases = byId("releases");
   releases.replaceChildren(...status.releases.map(releaseCard));
   if (status.releases.length === 0) releases.append(el("p", { class: "muted" }, "No release in progress."));

@@ -1,8 +1,8 @@
 """``GET /ui/status.json``: one document with everything the status page shows.
 
 It is built from what the server already keeps (the repository index, the release controller, the
-breakers on the served versions, the router's fallback counts, the recent events) plus the recent
-traffic figures; nothing here is computed per request. A token limited to some models
+breakers on the served versions, the router's fallback counts, the recent events, each stream's
+figures) plus the recent traffic figures; nothing here is computed per request. A token limited to some models
 (``infer:<model>``) gets only those models, their releases and their events.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from conch.observability.recent_traffic import ModelTraffic
 from conch.server import InferenceServer
+from conch.streams.state import stream_states
 
 #: How many recent events the page lists, newest first.
 EVENTS_SHOWN = 30
@@ -41,6 +42,7 @@ def status_summary(
         "window_s": window_s,
         "models": models,
         "releases": _releases(server, visible),
+        "streams": [state.to_json() for state in stream_states(server) if visible(state.model)],
         "events": _events(events, visible),
     }
 
