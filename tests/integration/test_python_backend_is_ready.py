@@ -59,7 +59,7 @@ class TritonPythonModel:
 """
 SYNC = "def is_ready(self):\n        return self.answer()"
 ASYNC = "async def is_ready(self):\n        await asyncio.sleep(0.01)\n        return self.answer()"
-MODELS = {"flips": SYNC, "flips_async": ASYNC}
+MODELS = {"flips": SYNC, "flips_async": ASYNC, "flips_text": SYNC}
 
 
 @pytest.fixture(scope="module")
@@ -94,36 +94,49 @@ def _deep_check(server: ServerProcess, name: str) -> dict[str, object]:
     return next(check for check in checks if check["name"] == f"model:{name}/1")
 
 
-# Each way of saying "not ready" once, on the sync and the async hook in turn (each case waits out the
-# 1 s the answer is shared, twice).
-@pytest.mark.parametrize(
-    ("name", "how", "says"),
-    [("flips", "no", "returned False"), ("flips_async", "raise", "warming"), ("flips", "text", "str")],
-)
-def test_readiness_follows_is_ready(
+def follows_is_ready(
     server: ServerProcess,
     repository: Path,
     grpc_client: grpcclient.InferenceServerClient,
     name: str,
     how: str,
-    says: str,
-) -> None:
+) -> str:
+    """Model ``name`` says it is not ready (``how``), then ready again: HTTP and gRPC readiness and the
+    deep check follow it both ways. The deep check's detail, for the caller to read."""
     state = repository / name / "state"
     http_ready = lambda: server.request("GET", f"/v2/models/{name}/ready").status == 200  # noqa: E731
     assert http_ready() and grpc_client.is_model_ready(name)
     state.write_text(how)
     try:
-        assert _until(lambda: not http_ready()), "HTTP model readiness did not follow is_ready()"
+        assert _until(lambda: not http_ready()), f"{name}: HTTP model readiness did not follow is_ready()"
         assert server.request("GET", f"/v2/models/{name}/ready").status == 503
         assert not grpc_client.is_model_ready(name)
         assert _until(lambda: _deep_check(server, name)["status"] == "not_ready")
         detail = str(_deep_check(server, name)["detail"])
-        assert "reports itself not ready" in detail and says in detail
         assert server.request("GET", "/v2/health/deep").status == 200  # one model's word fails no server
     finally:
         state.unlink()
-    assert _until(http_ready) and grpc_client.is_model_ready(name)
+    assert _until(http_ready) and grpc_client.is_model_ready(name), f"{name}: not ready again"
     assert _deep_check(server, name)["status"] == "pass"
+    return detail
+
+
+def test_readiness_follows_is_ready(
+    server: ServerProcess, repository: Path, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    """Each way of saying "not ready" on its own model, sync and async hooks, all at once: each waits
+    out the 1 s an answer is shared, twice, and they wait it together."""
+    cases = [
+        ("flips", "no", "returned False"),
+        ("flips_async", "raise", "warming"),
+        ("flips_text", "text", "str"),
+    ]
+    with ThreadPoolExecutor(len(cases)) as pool:
+        details = list(
+            pool.map(lambda case: follows_is_ready(server, repository, grpc_client, *case[:2]), cases)
+        )
+    for (name, _, says), detail in zip(cases, details, strict=True):
+        assert "reports itself not ready" in detail and says in detail, (name, detail)
 
 
 def test_a_model_without_is_ready_is_ready_as_loaded(server: ServerProcess) -> None:
