@@ -1,7 +1,8 @@
 """The alerts and the dashboard of ``conch deploy monitoring`` against a running conch and a real
 Prometheus scraping it: every metric they select is in the server's exposition (the GPU families,
-which need a GPU, excepted by name), and every PromQL expression runs without error, with samples for
-each signal the traffic produces, and the alerts' conditions true exactly where the traffic makes them.
+which need a GPU, and the streams' and data contracts' families, which need a stream and a contract,
+excepted by name), and every PromQL expression runs without error, with samples for each signal the
+traffic produces, and the alerts' conditions true exactly where the traffic makes them.
 
 One server serves what each family needs to exist: a model with traffic (latency, queue, failures,
 answer codes), a model behind a circuit breaker, one answering from its MODEL fallback because its
@@ -22,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 from conch.deploy.monitoring import alerts
 from conch.deploy.monitoring.dashboard import dashboard
 from tests.fixtures.monitoring_queries import (
+    DATA_LAYER_FAMILIES,
     GPU_FAMILIES,
     interpolate,
     metric_names,
@@ -147,7 +149,7 @@ def test_every_metric_the_alerts_and_panels_select_is_exported(scraped: set[str]
     missing = {
         where: names - scraped
         for where, names in _referenced().items()
-        if names - scraped - GPU_FAMILIES - PROMETHEUS_SERIES
+        if names - scraped - GPU_FAMILIES - DATA_LAYER_FAMILIES - PROMETHEUS_SERIES
     }
     assert not missing, f"not in the exposition of a running server: {missing}"
     gpu_used = set().union(*_referenced().values()) & GPU_FAMILIES
@@ -158,7 +160,7 @@ def test_every_alert_runs_and_its_signal_has_samples(prometheus: Prometheus, scr
     for alert in alerts():
         prometheus.query(alert.expr)  # asserts Prometheus accepted and evaluated it
         signal = prometheus.query(alert.signal)
-        if alert.name in NEEDS_HISTORY or metric_names(alert.signal) & GPU_FAMILIES:
+        if alert.name in NEEDS_HISTORY or metric_names(alert.signal) & (GPU_FAMILIES | DATA_LAYER_FAMILIES):
             continue
         assert signal, f"{alert.name}: no samples for {alert.signal}"
 
@@ -167,7 +169,7 @@ def test_every_panel_query_runs_with_samples(prometheus: Prometheus, scraped: se
     board = dashboard()
     for title, expr in panel_queries(board):
         result = prometheus.query(interpolate(expr, "1m"))
-        if metric_names(expr) & GPU_FAMILIES:
+        if metric_names(expr) & (GPU_FAMILIES | DATA_LAYER_FAMILIES):
             continue
         assert result, f"{title}: no samples for {interpolate(expr, '1m')}"
     for name, selector in variable_selectors(board):

@@ -49,7 +49,7 @@ def test_every_alert_has_a_severity_annotations_and_its_own_runbook_section() ->
     rules = rule_groups(runbook_base="https://docs.example/runbooks.md")["groups"][0]["rules"]
     anchors = runbook_anchors()
 
-    assert len(rules) == len({r["alert"] for r in rules}) == 13
+    assert len(rules) == len({r["alert"] for r in rules}) == 18
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, rule
@@ -167,3 +167,25 @@ def test_bad_thresholds_are_refused_by_flag(values: dict[str, Any], message: str
 
 def test_defaults_are_the_thresholds_dataclass() -> None:
     assert thresholds_from({}) == AlertThresholds()
+
+
+def test_the_data_layer_alerts_take_their_flags() -> None:
+    by_name = {a.name: a for a in alerts()}
+    changed = {
+        a.name: a
+        for a in alerts(
+            thresholds_from({"stream_lag_entries": 50, "stream_lag_for": "30m", "out_of_range_ratio": 0.2})
+        )
+    }
+
+    lag = by_name["ConchStreamLagGrowing"]
+    assert lag.signal.startswith("max by (model, stream) (conch_stream_lag")  # the group's figure, not a sum
+    assert lag.condition.startswith("> 1000 and ") and "[10m]" in lag.condition and lag.for_ == "10m"
+    assert changed["ConchStreamLagGrowing"].condition.startswith("> 50 and ")
+    assert "[30m]" in changed["ConchStreamLagGrowing"].condition
+    assert changed["ConchStreamLagGrowing"].for_ == "30m"
+    assert by_name["ConchOutOfRangeHigh"].condition == "> 0.05"
+    assert changed["ConchOutOfRangeHigh"].condition == "> 0.2"
+    assert by_name["ConchStreamBrokerDown"].severity == "critical"
+    with pytest.raises(InvalidArgumentError, match="--out-of-range-ratio 2 must be between 0 and 1"):
+        thresholds_from({"out_of_range_ratio": 2})

@@ -1,7 +1,9 @@
 """``promtool`` on the rules ``conch deploy monitoring`` writes: ``check rules`` accepts them, and
-``test rules`` (tests/fixtures/promtool/alerts_test.yaml) shows every alert firing on series that
-should fire it, with its annotations rendered, and quiet on the series beside them, including the
-day-over-day traffic drop (``offset 1d``) and the GPU alerts no CI machine could produce live."""
+``test rules`` (tests/fixtures/promtool/alerts_test.yaml, and data_alerts_test.yaml for the streams'
+and data contracts' alerts) shows every alert firing on series that should fire it, with its
+annotations rendered, and quiet on the series beside them, including the day-over-day traffic drop
+(``offset 1d``), the GPU alerts no CI machine could produce live, a stream's lag rising against one
+draining, and a broker that one replica still reaches."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from conch.deploy.monitoring import alerts, thresholds_from
 from conch.deploy.monitoring.files import RULES_FILE, write_monitoring
 
 PROMTOOL = shutil.which("promtool")
-ALERT_TESTS = Path(__file__).resolve().parents[1] / "fixtures" / "promtool" / "alerts_test.yaml"
+PROMTOOL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "promtool"
+ALERT_TESTS = PROMTOOL_FIXTURES / "alerts_test.yaml"
+DATA_ALERT_TESTS = PROMTOOL_FIXTURES / "data_alerts_test.yaml"
 
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not installed (make test installs Debian's prometheus package)"
@@ -41,13 +45,16 @@ def test_promtool_checks_the_rules_file_and_the_prometheus_rule_s_spec(tmp_path:
 
 def test_every_alert_fires_and_stays_quiet_in_promtool_s_unit_tests(tmp_path: Path) -> None:
     write_monitoring(tmp_path, thresholds_from({}))
-    shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
-    cases = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
-    fired = {c["alertname"] for t in cases for c in t["alert_rule_test"] if c.get("exp_alerts")}
+    fired = set()
+    for fixture in (ALERT_TESTS, DATA_ALERT_TESTS):
+        shutil.copy(fixture, tmp_path / fixture.name)
+        cases = yaml.safe_load(fixture.read_text())["tests"]
+        fired |= {c["alertname"] for t in cases for c in t["alert_rule_test"] if c.get("exp_alerts")}
 
-    tested = promtool("test", "rules", ALERT_TESTS.name, cwd=tmp_path)
+    tested = promtool("test", "rules", ALERT_TESTS.name, DATA_ALERT_TESTS.name, cwd=tmp_path)
 
     assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert tested.stdout.count("SUCCESS") == 2
     assert fired == {alert.name for alert in alerts()}, "a promtool test per alert"
 
 

@@ -74,7 +74,7 @@ def check_selector(selector: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Metrics:
+class Metrics:
     """Writes each metric's selector with the rules' label matchers."""
 
     selector: str
@@ -108,12 +108,15 @@ class _Metrics:
 
 def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELECTOR) -> list[Alert]:
     """Every alert, with ``t``'s thresholds, each metric selected with ``selector``'s label matchers."""
-    m = _Metrics(check_selector(selector))
+    m = Metrics(check_selector(selector))
     failures = f"sum by (model, version) (rate({m('nv_inference_request_failure')}[5m]))"
     successes = f"sum by (model, version) (rate({m('nv_inference_request_success')}[5m]))"
     queue_now, queue_hour = m.mean_queue_seconds("5m"), m.mean_queue_seconds("1h")
     version = "{{ $labels.model }} version {{ $labels.version }}"
-    return [
+    # Here, not at the top: the data layer's alerts are built from this module's Alert and Metrics.
+    from conch.deploy.monitoring.data_alerts import data_layer_alerts
+
+    golden = [
         Alert(
             "ConchTargetDown",
             m("up"),
@@ -250,6 +253,7 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELE
             f"and retry allocations, for {t.gpu_fragmentation_for}.",
         ),
     ]
+    return golden + data_layer_alerts(t, m)
 
 
 def rule(alert: Alert, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> dict[str, Any]:

@@ -39,6 +39,14 @@ class AlertThresholds:
     gpu_memory_for: str = "5m"
     gpu_fragmentation_ratio: float = 0.50
     gpu_fragmentation_for: str = "10m"
+    stream_lag_entries: float = 1000.0
+    stream_lag_for: str = "10m"
+    dead_letter_window: str = "15m"
+    broker_down_for: str = "2m"
+    contract_violation_rate: float = 0.05
+    contract_violation_for: str = "10m"
+    out_of_range_ratio: float = 0.05
+    out_of_range_for: str = "15m"
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,32 @@ THRESHOLD_FLAGS = (
     ThresholdFlag(
         "--gpu-fragmentation-for", "gpu_fragmentation_for", "how long fragmentation and retries last (10m)"
     ),
+    ThresholdFlag(
+        "--stream-lag-entries",
+        "stream_lag_entries",
+        "alert when a stream's lag is above this and rising (1000)",
+    ),
+    ThresholdFlag(
+        "--stream-lag-for", "stream_lag_for", "how long the lag keeps rising before it alerts (10m)"
+    ),
+    ThresholdFlag(
+        "--dead-letter-window", "dead_letter_window", "how long a dead letter keeps its alert firing (15m)"
+    ),
+    ThresholdFlag("--broker-down-for", "broker_down_for", "how long no replica may reach the broker (2m)"),
+    ThresholdFlag(
+        "--contract-violation-rate",
+        "contract_violation_rate",
+        "alert above this many inputs per second refused by a contract, per field and rule (0.05)",
+    ),
+    ThresholdFlag(
+        "--contract-violation-for", "contract_violation_for", "how long refusals stay above it (10m)"
+    ),
+    ThresholdFlag(
+        "--out-of-range-ratio",
+        "out_of_range_ratio",
+        "alert above this share of a field's values outside the training range (0.05)",
+    ),
+    ThresholdFlag("--out-of-range-for", "out_of_range_for", "how long the share stays above it (15m)"),
 )
 
 
