@@ -105,6 +105,7 @@ def export(
         if not model_dir.exists():
             write_labels(staging.root, conversion.classes)  # where Triton looks: see class_labels
         name_labels(plan.config, conversion.classes, plan.write)
+        _write_contract(staging.version_dir, model, conversion, plan.config, reference)
         _report_config(plan, model_dir)
         if plan.write:
             add_warmup(plan.config, feeds, staging.root)
@@ -143,6 +144,18 @@ def _record_expected_agreement(model_dir: Path, number: int, reference: Any) -> 
             expected.upper,
             expected.rows,
         )
+
+
+def _write_contract(
+    version_dir: Path, model: Any, conversion: Conversion, config: mc.ModelConfig, reference: Any
+) -> None:
+    from conch.exporting.data_contract import write_contract
+    from conch.validation.expected_agreement import ReferenceError
+
+    try:
+        write_contract(version_dir, model, conversion, config, reference)
+    except ReferenceError as exc:
+        raise ExportError(f"the data contract's training ranges were not recorded: {exc}") from None
 
 
 def _check_arguments(name: str, version: int | None, max_batch_size: int) -> None:

@@ -33,6 +33,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from conch.core.contract_enforcement import FILLED_PARAMETER
+from conch.core.data_lineage import DATA_VERSION, INGESTION_TIMESTAMP
 from conch.core.errors import ConchError
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.observability.batched_lines import BatchedLines
@@ -94,6 +96,8 @@ class InferenceRecord:
     #: The W3C trace id while the request is traced (conch.observability.tracing); None otherwise.
     trace_id: str | None = None
     input_hash: str | None = None
+    #: The request's ``data_version`` and ``ingestion_timestamp`` parameters, as sent (None: neither).
+    lineage: dict[str, Any] | None = None
     #: The first response (a stream's others are counted in ``responses``).
     response: InferenceResponse | None = None
     responses: int = 0
@@ -180,6 +184,11 @@ def note_request(request: InferenceRequest) -> None:
         record.input_hash = input_hash(request.inputs)
         trace = getattr(request, "trace", None)
         record.trace_id = None if trace is None else trace.trace_id
+        parameters = request.parameters
+        if parameters and (DATA_VERSION in parameters or INGESTION_TIMESTAMP in parameters):
+            record.lineage = {
+                key: parameters[key] for key in (DATA_VERSION, INGESTION_TIMESTAMP) if key in parameters
+            }
     if record.audited and record.journal is not None and record.journal.audit is not None:
         record.audit_request = record.journal.audit.request_form(request)
 
@@ -226,6 +235,10 @@ def record_fields(record: InferenceRecord, status: int | str) -> dict[str, Any]:
     }
     if response is not None and "fallback_level" in response.parameters:
         fields["fallback_level"] = response.parameters["fallback_level"]
+    if record.lineage is not None:
+        fields.update(record.lineage)
+    if response is not None and FILLED_PARAMETER in response.parameters:
+        fields[FILLED_PARAMETER] = response.parameters[FILLED_PARAMETER]
     redact = record.journal.redact if record.journal is not None else ()
     fields["output_summary"] = None if response is None else output_summary(response, redact)
     if record.endpoint in STREAM_ENDPOINTS:

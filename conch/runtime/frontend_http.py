@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from conch.core.data_lineage import copy_headers
 from conch.core.errors import ConchError
 from conch.frontends.http import infer_codec
 from conch.frontends.http.app import infer_reply
@@ -89,6 +90,7 @@ class FrontendHttpApp:
             )
         except ConchError:
             raise NeedsModelProcess from None
+        copy_headers(request.parameters, lambda header: request_header(scope, header.encode()))
         try:
             response = await self.link.infer(
                 request, "HTTP", "HTTP end point", request_header(scope, _ROUTE_KEY)

@@ -95,7 +95,9 @@ def measure(model_dir: Path, candidate: int, against: int, reference: Any) -> Ex
     from conch.exporting import text_classifier
 
     if text_classifier.is_exported_text_classifier(model_dir / str(candidate)):
-        return text_classifier.measure_text_versions(model_dir, candidate, against, _loaded(reference))
+        return text_classifier.measure_text_versions(
+            model_dir, candidate, against, loaded_reference(reference)
+        )
     try:
         new, old = read_source(model_dir, candidate), read_source(model_dir, against)
     except OptimizeError as exc:
@@ -125,13 +127,14 @@ def reference_feeds(source: SourceModel, reference: Any) -> dict[str, np.ndarray
     """The reference as the graph's inputs: a frame's columns by input name (through the version's
     ``column_inputs``), or all its columns side by side for a model with one input."""
     try:
-        arrays = _arrays(source, _loaded(reference))
+        arrays = _arrays(source, loaded_reference(reference))
         return graph_feeds(source.signature, arrays)
     except ExportError as exc:
         raise ReferenceError(f"the reference does not fit version {source.version}: {exc}") from None
 
 
-def _loaded(reference: Any) -> Any:
+def loaded_reference(reference: Any) -> Any:
+    """``reference`` itself, or the frame or arrays read from its .csv, .parquet, .npy or .npz file."""
     if not isinstance(reference, str | Path):
         return reference
     path = Path(reference)

@@ -3,6 +3,7 @@
 - Missing: info. A hand-made model can still be served; ``conch export`` writes the file.
 - Malformed: error. Packaging and installing rely on it.
 - ``files`` (the version folder's own files) differ: error, the model file was changed or corrupted.
+- ``contract.yaml`` differs: warning, the data contract is meant to be edited by hand.
 - ``model_files`` (``config.pbtxt``, ``warmup/*``) differ: warning, operators tune ``config.pbtxt``.
 - ``name`` or ``version`` not the folder's: warning, the folder was probably copied by hand.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conch.core.contracts import CONTRACT_FILENAME
 from conch.packaging.metadata import (
     METADATA_FILENAME,
     MetadataError,
@@ -58,6 +60,15 @@ def metadata_findings(model_dir: Path, number: int, model: str) -> list[Finding]
             f"{number}/{name}",
             f"{name}: {problem} (checked against {METADATA_FILENAME} 'files')",
             "the version's files changed after export: restore them from the package, or export again",
+        )
+        if name != CONTRACT_FILENAME
+        else Finding(
+            "metadata-contract-changed",
+            Severity.WARNING,
+            model,
+            f"{number}/{name}",
+            f"{name}: {problem} (checked against {METADATA_FILENAME} 'files')",
+            "expected when the data contract was edited by hand; conch package records the new checksum",
         )
         for name, problem in mismatched_files(metadata.files, version_file_checksums(version_dir)).items()
     ]

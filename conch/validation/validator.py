@@ -37,6 +37,7 @@ from conch.repository.config_validation import (
     reshape_findings,
     signature_findings,
 )
+from conch.validation.contract_checks import contract_findings
 from conch.validation.ensemble_checks import ensemble_findings
 from conch.validation.findings import Finding, Severity
 from conch.validation.graph import checker_findings, load_graph, training_mode_findings
@@ -132,7 +133,7 @@ def _check_version(
         + batching_findings(config, name)
         + warmup_config_findings(config, name)
     )
-    found += config_found
+    found += config_found + contract_findings(folder.path / str(number), config, name)
     if warmup_usable and not any(finding.is_error for finding in config_found):
         instance = OnnxRuntimeInstance(session, config)
         inputs = runtime_inputs(folder.path, config, min(BATCH_ROWS, max(config.max_batch_size, 1)))

@@ -133,7 +133,7 @@ def test_metadata_records_schema_origin_and_checksums(tmp_path: Path) -> None:
         ("label", "BYTES", [-1, 1]),
         ("probabilities", "FP32", [-1, 2]),
     ]
-    assert metadata.files.keys() == {"model.onnx", "probabilities_labels.txt"}
+    assert metadata.files.keys() == {"model.onnx", "probabilities_labels.txt", "contract.yaml"}
     assert metadata.classes == {"probabilities": sorted(metadata.classes["probabilities"])}
     assert len(metadata.classes["probabilities"]) == 2
     assert mismatched_files(metadata.files, version_file_checksums(version_dir)) == {}

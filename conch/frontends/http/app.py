@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
+from conch.core.data_lineage import copy_headers
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFoundError
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
@@ -368,6 +369,7 @@ class HttpFrontend:
                 trace.end_stage()
                 request.trace = trace
             route_key = request_header(scope, ROUTE_KEY_HEADER_BYTES)
+            copy_headers(request.parameters, lambda header: request_header(scope, header.encode()))
             response = await answer_request(self.server, request, leases, "HTTP end point", route_key)
         finally:
             leases.release()
