@@ -6,6 +6,12 @@ runtime does: the URI must hold a conch (Triton-style) repository, ``<model>/con
 ``<model>/<version>/``, for either model format. conch listens on KServe's ports, HTTP 8080 (the port
 KServe routes to by default) and gRPC 9000 (Triton runtime's), and keeps metrics on 8002, which the
 ``prometheus.kserve.io`` annotations point KServe's metrics aggregation at.
+
+Every request reaches conch through KServe's queue-proxy sidecar, which connects from 127.0.0.1 and
+appends the address it got the request from to ``X-Forwarded-For``. So the runtime trusts 127.0.0.1
+as a proxy: without it every request is 127.0.0.1's, and near the connection cap all clients share
+one client's share. It is an environment variable, so an InferenceService can widen it (the ingress
+gateway's network) by setting the same variable on its predictor.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from conch.deploy.quantities import scaled_memory
 from conch.deploy.settings import MEMORY_LIMIT_FACTOR, METRICS_PORT
 
 KSERVE_HTTP_PORT, KSERVE_GRPC_PORT = 8080, 9000
+#: Where KServe's queue-proxy sidecar connects from, in the predictor's pod.
+QUEUE_PROXY_ADDRESS = "127.0.0.1"
 #: Where the storage initializer puts the model repository.
 MODEL_MOUNT = "/mnt/models"
 
@@ -58,6 +66,8 @@ def serving_runtime(args: argparse.Namespace) -> dict[str, Any]:
                         {"name": "CONCH_LOG_FORMAT", "value": "json"},
                         {"name": "HOME", "value": "/tmp"},
                         {"name": "CONCH_FRONTENDS", "value": pod_frontends(args.cpu)},
+                        # The client is the one the queue-proxy names in X-Forwarded-For.
+                        {"name": "CONCH_HTTP_TRUSTED_PROXIES", "value": QUEUE_PROXY_ADDRESS},
                     ],
                     "resources": _resources(args),
                     "securityContext": {

@@ -11,8 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conch.cli.main import main
+from conch.cli.main import build_parser, main
 from conch.deploy.quantities import QuantityError, parse_quantity, scaled_memory
+from conch.frontends.http.server.peers import TrustedProxies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 CORE_FILES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml")
@@ -342,3 +343,22 @@ def test_the_kserve_runtime_sets_frontends_from_its_cpu_too(tmp_path: Path) -> N
         runtime = read(tmp_path / cpu, "servingruntime.yaml")
         env = {item["name"]: item["value"] for item in runtime["spec"]["containers"][0]["env"]}
         assert env["CONCH_FRONTENDS"] == frontends
+
+
+def test_the_kserve_runtime_takes_the_client_the_queue_proxy_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KServe's queue-proxy connects from 127.0.0.1 and appends the address it got the request from to
+    X-Forwarded-For: conch serve, started as the runtime's container is, takes that client for its
+    share of the connections, and a header from any other peer is not believed."""
+    assert main(["deploy", "kserve", "-o", str(tmp_path)]) == 0
+    container = read(tmp_path, "servingruntime.yaml")["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["CONCH_HTTP_TRUSTED_PROXIES"] == "127.0.0.1"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    served = build_parser().parse_args(container["args"])
+    proxies = TrustedProxies(served.http_trusted_proxies, served.http_client_ip_header)
+    forwarded = [(b"x-forwarded-for", b"198.51.100.1, 203.0.113.7")]
+    assert proxies.client_of("127.0.0.1", forwarded) == "203.0.113.7"
+    assert proxies.client_of("10.0.0.5", forwarded) == "10.0.0.5"
