@@ -33,6 +33,9 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from tritonclient.utils import InferenceServerException
 
 from conch.exporting import export
+from conch.packaging.install import install_package
+from conch.packaging.package import package_model
+from conch.packaging.semver import parse_semver
 from conch.validation import validate_path
 from tests.fixtures.python_models import write_python_model
 from tests.integration.server_process import ServerProcess
@@ -115,6 +118,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory, trained: tuple[pd.DataF
     root = tmp_path_factory.mktemp("contracts")
     export(model, frame.head(20), repository=root, name="fraud", reference=frame)
     shutil.copytree(root / "fraud", root / "fraud_strict")
+    metadata = root / "fraud_strict" / "1" / "metadata.json"
+    metadata.write_text(metadata.read_text().replace('"name": "fraud"', '"name": "fraud_strict"'))
     strict = root / "fraud_strict" / "1" / "contract.yaml"
     document = yaml.safe_load(strict.read_text())
     document["conch"]["ingestion_timestamp"] = {"required": True}
@@ -181,6 +186,15 @@ def test_export_writes_the_contract_the_pipeline_implies(repository: Path) -> No
     codes = {f.code: f for f in validate_path(repository / "fraud_strict")}
     assert codes["metadata-contract-changed"].severity.value == "warning"  # edited by hand
     assert "metadata-checksum-mismatch" not in codes
+
+
+def test_a_package_carries_the_edited_contract_under_its_checksum(repository: Path, tmp_path: Path) -> None:
+    package = package_model(repository / "fraud_strict", parse_semver("1.0.0"), tmp_path / "strict.tar.gz")
+    installed = install_package(package, tmp_path / "installed")
+    edited = (repository / "fraud_strict" / "1" / "contract.yaml").read_text()
+    assert (installed.version_dir / "contract.yaml").read_text() == edited
+    codes = {f.code for f in validate_path(installed.version_dir.parent)}
+    assert "metadata-contract-changed" not in codes  # the package recorded the edited file's checksum
 
 
 def test_a_full_row_is_answered_as_the_notebook_answers_it(
