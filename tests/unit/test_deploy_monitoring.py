@@ -36,6 +36,14 @@ PANELS = {
     "Version split",
     "Cold start: mean model load time",
     "GPU memory",
+    "Stream lag",
+    "Dead letters by reason",
+    "Stream end-to-end latency P50 / P99",
+    "Data freshness P50 / P99",
+    "Contract violations",
+    "Out-of-range values",
+    "Unknown categories",
+    "Default fills",
 }
 
 
@@ -117,7 +125,7 @@ def test_conch_deploy_kubernetes_writes_this_rule_scoped_to_its_service_and_name
 
 def test_every_query_is_promql_and_filters_on_the_template_variables() -> None:
     board = dashboard()
-    without_model = {"conch_requests_total", "up"}
+    without_model = {"conch_requests_total", "up", "conch_stream_broker_up"}
     per_gpu = ("nv_gpu_", "conch_gpu_")
 
     for alert in alerts():

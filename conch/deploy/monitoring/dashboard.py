@@ -3,7 +3,8 @@
 Why the SDK and not a JSON template: its builders are generated from Grafana's own schema, so a
 panel, a query or a template variable cannot be misspelled into JSON Grafana silently ignores. The
 board drills down from the golden signals (latency, traffic, errors) to what explains them: the
-version split of a release, readiness, circuits and fallbacks, cold starts, queue time and GPU memory.
+version split of a release, readiness, circuits and fallbacks, cold starts, queue time and GPU memory,
+then the data layer: streams, data contracts and freshness (``data_panels.py``).
 Every query filters on the ``job`` template variable (which conch deployment), and each per-model one
 on ``model`` and ``version`` too; the families conch keeps server-wide or per GPU
 (``conch_requests_total``, ``nv_gpu_*``, ``conch_gpu_*``) have no model label.
@@ -12,60 +13,30 @@ on ``model`` and ``version`` too; the families conch keeps server-wide or per GP
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from grafana_foundation_sdk.builders import bargauge, heatmap, prometheus, statetimeline, timeseries
-from grafana_foundation_sdk.builders.common import StackingConfig, VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.builders import bargauge, heatmap, statetimeline
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, QueryVariable, Row
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import (
     BarGaugeDisplayMode,
-    LegendDisplayMode,
-    LegendPlacement,
-    SortOrder,
-    StackingMode,
-    TooltipDisplayMode,
     VisibilityMode,
     VizOrientation,
 )
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
-from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+from grafana_foundation_sdk.models.dashboard import VariableRefresh, VariableSort
+
+from conch.deploy.monitoring.data_panels import contracts_rows, streams_rows
+from conch.deploy.monitoring.panels import (
+    DATASOURCE,
+    JOB,
+    MODEL,
+    RATE,
+    VERSION,
+    prometheus_query,
+    timeseries_panel,
+)
 
 DASHBOARD_UID = "conch-serving"
-#: The template variables' selector, added to every per-model query.
-VERSION = '{job=~"$job", model=~"$model", version=~"$version"}'
-MODEL = '{job=~"$job", model=~"$model"}'
-JOB = '{job=~"$job"}'
-RATE = "[$__rate_interval]"
-_DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
-
-Query = tuple[str, str]
-"""A panel's PromQL and its legend."""
-
-
-def _query(
-    expr: str, legend: str, ref_id: str = "A", *, heatmap_format: bool = False
-) -> prometheus.Dataquery:
-    query = prometheus.Dataquery().expr(expr).legend_format(legend).datasource(_DATASOURCE).range()
-    query = query.ref_id(ref_id)
-    return query.format(PromQueryFormat.HEATMAP) if heatmap_format else query
-
-
-def _timeseries(title: str, unit: str, queries: Sequence[Query], description: str, *, percent: bool = False):
-    panel = timeseries.Panel().title(title).description(description).unit(unit).datasource(_DATASOURCE)
-    panel = panel.height(8).span(12)
-    panel = panel.legend(
-        VizLegendOptions()
-        .display_mode(LegendDisplayMode.LIST)
-        .placement(LegendPlacement.BOTTOM)
-        .show_legend(True)
-    ).tooltip(VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.DESCENDING))
-    if percent:
-        panel = panel.stacking(StackingConfig().mode(StackingMode.PERCENT)).fill_opacity(60)
-    for ref_id, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
-        panel = panel.with_target(_query(expr, legend, ref_id))
-    return panel
 
 
 def _latency_quantile(quantile: float) -> str:
@@ -79,7 +50,7 @@ def _variables(builder: Dashboard) -> Dashboard:
     job = (
         QueryVariable("job")
         .label("Job")
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .query("label_values(nv_inference_request_success, job)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
@@ -90,7 +61,7 @@ def _variables(builder: Dashboard) -> Dashboard:
     model = (
         QueryVariable("model")
         .label("Model")
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .query(f"label_values(nv_inference_request_success{JOB}, model)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
@@ -101,7 +72,7 @@ def _variables(builder: Dashboard) -> Dashboard:
     version = (
         QueryVariable("version")
         .label("Version")
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .query(f"label_values(nv_inference_request_success{MODEL}, version)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.NUMERICAL_ASC)
@@ -122,12 +93,12 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
         heatmap.Panel()
         .title("Latency heatmap")
         .description("Successful requests by end-to-end time, per interval.")
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .height(8)
         .span(12)
         .calculate(False)
         .with_target(
-            _query(
+            prometheus_query(
                 f"sum by (le) (increase(conch_inference_request_duration_seconds_bucket{VERSION}{RATE}))",
                 "{{le}}",
                 heatmap_format=True,
@@ -137,7 +108,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
     return (
         builder.with_row(Row("Golden signals"))
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Latency P50 / P90 / P99",
                 "s",
                 [(_latency_quantile(q), f"{{{{model}}}} p{round(q * 100)}") for q in (0.5, 0.9, 0.99)],
@@ -146,7 +117,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
         )
         .with_panel(latency_heatmap)
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Requests per second",
                 "reqps",
                 [(requests, "{{model}} v{{version}}")],
@@ -154,7 +125,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "GPU utilisation",
                 "percentunit",
                 [(f"nv_gpu_utilization{JOB}", "{{gpu_uuid}}")],
@@ -162,7 +133,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Errors by code",
                 "reqps",
                 [
@@ -176,7 +147,7 @@ def _golden_signals(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Failures by reason",
                 "reqps",
                 [
@@ -198,14 +169,14 @@ def _state_timeline(title: str, metric: str, description: str) -> statetimeline.
         statetimeline.Panel()
         .title(title)
         .description(description)
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .height(8)
         .span(12)
         .show_value(VisibilityMode.AUTO)
         .merge_values(True)
         .fill_opacity(70)
         .line_width(0)
-        .with_target(_query(f"{metric}{VERSION}", "{{model}} v{{version}}"))
+        .with_target(prometheus_query(f"{metric}{VERSION}", "{{model}} v{{version}}"))
     )
 
 
@@ -221,7 +192,7 @@ def _versions(builder: Dashboard) -> Dashboard:
     return (
         builder.with_row(Row("Versions, releases and resilience"))
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Version split",
                 "percentunit",
                 [
@@ -235,7 +206,7 @@ def _versions(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Release weights",
                 "percent",
                 [(f"conch_release_weight{VERSION}", "{{model}} v{{version}}")],
@@ -245,7 +216,7 @@ def _versions(builder: Dashboard) -> Dashboard:
         .with_panel(readiness)
         .with_panel(circuits)
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Fallback answers",
                 "reqps",
                 [
@@ -258,7 +229,7 @@ def _versions(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Mean queue time",
                 "s",
                 [
@@ -281,14 +252,14 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
         bargauge.Panel()
         .title("Cold start: mean model load time")
         .description("Config read, sessions created and warm-up run, per model, since the server started.")
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .unit("s")
         .orientation(VizOrientation.HORIZONTAL)
         .display_mode(BarGaugeDisplayMode.GRADIENT)
         .height(8)
         .span(12)
         .with_target(
-            _query(
+            prometheus_query(
                 f"sum by (model) (conch_model_load_duration_seconds_sum{MODEL})"
                 f" / sum by (model) (conch_model_load_duration_seconds_count{MODEL})",
                 "{{model}}",
@@ -302,14 +273,14 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
             "Mean time of each load phase, for backends that report them (PyTorch): context is the "
             "program read and placed on its devices, warmup the warm-up runs on every instance."
         )
-        .datasource(_DATASOURCE)
+        .datasource(DATASOURCE)
         .unit("s")
         .orientation(VizOrientation.HORIZONTAL)
         .display_mode(BarGaugeDisplayMode.GRADIENT)
         .height(8)
         .span(12)
         .with_target(
-            _query(
+            prometheus_query(
                 f"sum by (model, phase) (conch_model_load_phase_duration_seconds_sum{MODEL})"
                 f" / sum by (model, phase) (conch_model_load_phase_duration_seconds_count{MODEL})",
                 "{{model}} {{phase}}",
@@ -321,7 +292,7 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
         .with_panel(load_time)
         .with_panel(phases)
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Model loads",
                 "short",
                 [(f"sum by (model, result) (conch_model_loads_total{MODEL})", "{{model}} {{result}}")],
@@ -329,7 +300,7 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "GPU memory",
                 "bytes",
                 [
@@ -340,7 +311,7 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "PyTorch allocator",
                 "bytes",
                 [
@@ -351,7 +322,7 @@ def _cold_start_and_gpu(builder: Dashboard) -> Dashboard:
             )
         )
         .with_panel(
-            _timeseries(
+            timeseries_panel(
                 "Allocator fragmentation and retries",
                 "short",
                 [
@@ -374,7 +345,14 @@ def dashboard(title: str = "conch", uid: str = DASHBOARD_UID) -> dict[str, Any]:
         .time("now-1h", "now")
         .timezone("browser")
     )
-    for section in (_variables, _golden_signals, _versions, _cold_start_and_gpu):
+    for section in (
+        _variables,
+        _golden_signals,
+        _versions,
+        _cold_start_and_gpu,
+        streams_rows,
+        contracts_rows,
+    ):
         builder = section(builder)
     built = builder.build()
     for number, panel in enumerate(built.panels or [], start=1):
