@@ -16,7 +16,7 @@ stops at the first part that mixes columns, as nothing after it is one column's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,6 @@ class ColumnTreatment:
     #: A part on its path does not take NaN (so only an imputer before it treats missing values).
     refuses_nan: bool = False
     dropped: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 def column_treatments(model: Any, columns: list[Any]) -> dict[Any, ColumnTreatment]:
@@ -86,6 +85,8 @@ def _one_part(part: Any, columns: list[Any], treatments: dict[Any, ColumnTreatme
     if module.startswith("sklearn.impute"):
         for column in columns:
             treatments[column].imputes = True
+        return True
+    if name == "FunctionTransformer" and part.func is None:  # how a fitted "passthrough" is kept
         return True
     if name in ("OneHotEncoder", "OrdinalEncoder") and hasattr(part, "categories_"):
         _record_categories(part, columns, treatments)
