@@ -42,6 +42,9 @@ BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 #: Milliseconds a read waits for new entries: short, so that a stop is noticed within it.
 READ_BLOCK_MS = 500
+#: Seconds a stopping consumer keeps trying to write and acknowledge its last answers; what is left
+#: then stays pending, for a later run.
+STOP_FLUSH_S = 5.0
 
 
 class Backoff:
@@ -92,6 +95,7 @@ class StreamConsumer:
         self._room = asyncio.Event()
         self._waiting_on_model = 0
         self._sink_failing = False
+        self._closing = False
 
     async def run(self) -> None:
         """Read and answer until :meth:`stop`; then finish what was read, acknowledge it, return."""
@@ -101,7 +105,10 @@ class StreamConsumer:
             await self._read_forever()
             if self._tasks:
                 await asyncio.wait(self._tasks)
-            await self._flush_at_stop()
+            self._closing = True  # the writer returns once the last answers are written and acknowledged
+            self._wrote.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(writer), STOP_FLUSH_S)
         finally:
             for task in (writer, figures, *self._tasks):
                 task.cancel()
@@ -228,6 +235,7 @@ class StreamConsumer:
         return Outgoing(entry.id, fields, dead_letter=True), 0.0, refused.kind
 
     async def _write_forever(self) -> None:
+        """The one task that writes and acknowledges, so no answer is ever written twice from here."""
         backoff = Backoff()
         while True:
             await self._wrote.wait()
@@ -237,6 +245,8 @@ class StreamConsumer:
                     await asyncio.sleep(backoff.take())
                     continue
                 backoff.reset()
+            if self._closing:
+                return
 
     async def _write_once(self) -> bool:
         """Write what is answered, then acknowledge what was written; False: retry later."""
@@ -267,13 +277,6 @@ class StreamConsumer:
             log.warning("stream '%s': %s; retrying", self.spec.input, exc)
             return False
         return not self._sink_failing
-
-    async def _flush_at_stop(self) -> None:
-        """Write and acknowledge the last answers, for at most a few seconds of broker trouble."""
-        deadline = time.monotonic() + 5
-        while (self._answered or self._unacknowledged) and time.monotonic() < deadline:
-            if not await self._write_once():
-                await asyncio.sleep(0.2)
 
     def _release(self, entry_id: str) -> None:
         self._in_flight.discard(entry_id)

@@ -1,0 +1,157 @@
+"""Streams under faults, against a real redis-server: the broker stopped and started mid-stream,
+SIGTERM, SIGKILL and a restart, and two replicas of one group with one killed. Nothing is lost;
+duplicates come only from entries read and not yet acknowledged.
+
+Small runs (a few hundred records); ``-m streams_soak`` (test_streams_soak.py) runs them long.
+"""
+
+from __future__ import annotations
+
+import signal
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.fixtures.onnx_models import slow_identity_model, write_repository
+from tests.integration.redis_server import RedisServer, running_redis
+from tests.integration.server_process import ServerProcess
+from tests.integration.stream_helpers import (
+    pending,
+    produce,
+    stream_entry,
+    tally,
+    wait_until,
+    write_streams_yaml,
+)
+from tests.integration.stream_scenarios import answered, kill_and_restart, rebalance
+
+SLOW_CONFIG = """
+name: "slow"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { }
+"""
+SLOW_ROW = {"INPUT0": [1.0, 2.0, 3.0, 4.0]}
+#: Small enough that a kill leaves a few dozen records unacknowledged, not hundreds.
+MAX_IN_FLIGHT = 16
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis"), persist=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(broker: RedisServer) -> redis.Redis:
+    return broker.client()
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(tmp_path_factory.mktemp("models"), {"slow": (slow_identity_model(), SLOW_CONFIG)})
+
+
+@pytest.fixture(scope="module")
+def serve_stream(
+    tmp_path_factory: pytest.TempPathFactory, repository: Path, broker: RedisServer
+) -> Iterator[Callable[[str], Callable[[], ServerProcess]]]:
+    """``serve_stream("x-in")`` gives a function that starts a new server reading stream ``x-in``."""
+    home = tmp_path_factory.mktemp("servers")
+    started: list[ServerProcess] = []
+
+    def for_stream(stream: str) -> Callable[[], ServerProcess]:
+        config = write_streams_yaml(
+            home / f"{stream}.yaml",
+            broker.url,
+            [stream_entry("slow", stream)],
+            claim_idle_ms=1000,
+            max_in_flight=MAX_IN_FLIGHT,
+            read_count=8,
+        )
+
+        def start() -> ServerProcess:
+            server = ServerProcess(repository, ["--streams", str(config)]).start(home)
+            started.append(server)
+            return server
+
+        return start
+
+    yield for_stream
+    for server in started:
+        server.stop(signal.SIGKILL)
+
+
+def test_broker_stopped_and_started_mid_stream_loses_nothing(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], broker: RedisServer, client: redis.Redis
+) -> None:
+    sent = produce(client, "outage-in", 400, SLOW_ROW)
+    server = serve_stream("outage-in")()
+    wait_until(lambda: answered(client, "outage-out", "outage-dlq") >= 40, 60, "40 answers")
+    broker.stop()
+    wait_until(lambda: server.request("GET", "/v2/health/ready").status == 503, 30, "not ready")
+    reason = server.request("GET", "/v2/health/ready").body.decode()
+    assert "outage-in" in reason and "unreachable" in reason
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        assert 'conch_stream_broker_up{stream="outage-in"} 0.0' in reply.read().decode()
+    broker.start()
+    client.connection_pool.disconnect()
+    wait_until(lambda: tally(client, sent, "outage-out", "outage-dlq").lost == 0, 90, "every record answered")
+    wait_until(lambda: server.request("GET", "/v2/health/ready").status == 200, 30, "ready again")
+    counted = tally(client, sent, "outage-out", "outage-dlq")
+    print("broker restart:", counted.line())
+    assert counted.dead_letters == 0
+    assert counted.duplicates <= MAX_IN_FLIGHT
+    assert pending(client, "outage-in") == 0
+
+
+def test_sigterm_finishes_what_was_read_acknowledges_it_and_stops_reading(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    sent = produce(client, "term-in", 400, SLOW_ROW)
+    server = serve_stream("term-in")()
+    wait_until(lambda: answered(client, "term-out", "term-dlq") >= 40, 60, "40 answers")
+    assert server.stop(signal.SIGTERM) == 0
+    counted = tally(client, sent, "term-out", "term-dlq")
+    assert pending(client, "term-in") == 0, "a record read before SIGTERM was left unacknowledged"
+    assert counted.duplicates == 0 and counted.dead_letters == 0
+    assert counted.results < len(sent), "it went on reading after SIGTERM"
+    group = next(g for g in client.xinfo_groups("term-in") if g["name"] == b"conch")
+    assert group["entries-read"] == counted.results  # read = answered: nothing read was dropped
+
+
+def test_sigkill_and_restart_lose_nothing(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    counted = kill_and_restart(
+        client, serve_stream("kill-in"), "kill-in", "kill-out", "kill-dlq", 200, kills=1, row=SLOW_ROW
+    )
+    print("kill and restart:", counted.line())
+    assert counted.lost == 0 and counted.dead_letters == 0
+    assert counted.duplicates <= MAX_IN_FLIGHT  # only what was read and not acknowledged
+    assert len(counted.consumers) == 2
+
+
+def test_two_replicas_share_a_group_and_claim_a_dead_ones_entries(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    counted, sharing = rebalance(
+        client,
+        serve_stream("pair-in"),
+        "pair-in",
+        "pair-out",
+        "pair-dlq",
+        200,
+        1,
+        2.0,
+        SLOW_ROW,
+        rejoin=False,
+    )
+    print("rebalance:", counted.line())
+    assert sharing == 2, "one replica answered everything before the kill"
+    assert counted.lost == 0 and counted.dead_letters == 0
+    assert counted.duplicates <= MAX_IN_FLIGHT
