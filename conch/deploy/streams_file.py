@@ -1,15 +1,18 @@
-"""The ``streams.yaml`` that ``conch deploy kubernetes --streams`` ships to the pods, read for what the
-manifests need: the broker's address, TLS and database, each stream's input and consumer group, and
-where ``conch serve`` reads the broker's password (``password_env`` or ``password_file``).
+"""The ``streams.yaml`` that ``conch deploy kubernetes --streams`` ships to the pods, checked with the
+server's own rules (``conch/streams/config.py``) and read for what the manifests need: the broker's
+address, TLS and database, each stream's input and consumer group, and where ``conch serve`` reads the
+broker's password (``password_env`` or ``password_file``).
 
 Why refuse a password in it: the file goes into a ConfigMap, and the ConfigMap into Git. A password
 belongs in a Secret (``--stream-secret``), which the pods and KEDA's ``TriggerAuthentication`` read by
-reference, so no manifest ever holds it.
+reference, so no manifest ever holds it. The server's rules are applied without reading the password:
+it lives in the cluster, not on the machine that deploys.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,19 +20,12 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from conch.streams.config import StreamSpec, load_streams_config
+
 #: Redis's port when the broker URL names none.
 REDIS_PORT = 6379
-#: The consumer group of a stream entry that names none (the interface's example).
-DEFAULT_GROUP = "conch"
-
-
-@dataclass(frozen=True)
-class StreamSource:
-    """One entry of ``streams:``: the served model, the stream it reads and its consumer group."""
-
-    model: str
-    input: str
-    group: str
+#: The keys saying where the server reads the password, left out of the check on this machine.
+PASSWORD_KEYS = ("password_env", "password_file")
 
 
 @dataclass(frozen=True)
@@ -43,7 +39,7 @@ class StreamsFile:
     database: int
     tls: bool
     username: str | None
-    streams: tuple[StreamSource, ...]
+    streams: tuple[StreamSpec, ...]
     #: The variable or the file ``conch serve`` reads the broker's password from; None: no password.
     password_env: str | None = None
     password_file: str | None = None
@@ -57,46 +53,43 @@ def _refuse(filename: str, message: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"{filename}: {message}")
 
 
-def _has_password_key(value: Any) -> bool:
+def _has_password(value: Any) -> bool:
+    """A ``password`` key anywhere, or a broker URL with a password."""
     if isinstance(value, dict):
-        return any(key == "password" or _has_password_key(item) for key, item in value.items())
+        if "password" in value:
+            return True
+        broker = value.get("broker")
+        if isinstance(broker, str) and urlsplit(broker).password is not None:
+            return True
+        return any(_has_password(item) for item in value.values())
     if isinstance(value, list):
-        return any(_has_password_key(item) for item in value)
+        return any(_has_password(item) for item in value)
     return False
 
 
-def _broker(filename: str, url: Any) -> tuple[str, int, int, bool, str | None]:
-    if not isinstance(url, str):
-        raise _refuse(filename, "'broker' must be a Redis URL, e.g. redis://redis.streams:6379/0")
+def _server_rules(name: str, document: dict[str, Any]) -> tuple[StreamSpec, ...]:
+    """The streams, as ``conch serve --streams`` would read the file (its password keys aside)."""
+    checked = {key: value for key, value in document.items() if key not in PASSWORD_KEYS}
+    with tempfile.TemporaryDirectory(prefix="conch-deploy-") as folder:
+        copy = Path(folder) / name
+        copy.write_text(yaml.safe_dump(checked), encoding="utf-8")
+        try:
+            return load_streams_config(copy, environ={}).streams
+        except ValueError as exc:
+            raise _refuse(name, str(exc).removeprefix("--streams: ")) from None
+
+
+def _broker(name: str, url: str) -> tuple[str, int, int, bool, str | None]:
+    """Host, port, database, TLS and user of a URL the server's rules accepted."""
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-        raise _refuse(filename, "'broker' must be redis://HOST[:PORT][/DB] or rediss://... (TLS)")
-    if parts.password is not None:
-        raise _refuse(
-            filename,
-            "the broker URL holds a password, and this file goes into a ConfigMap in Git: remove it "
-            "from the URL and give a Secret that holds it with --stream-secret",
-        )
     try:
         port = parts.port or REDIS_PORT
     except ValueError:
-        raise _refuse(filename, "the broker URL's port is not a number") from None
+        raise _refuse(name, "the broker URL's port is not a number") from None
     database = parts.path.strip("/") or "0"
     if not database.isdigit():
-        raise _refuse(filename, f"the broker URL's database '{database}' is not a number, e.g. /0")
-    return parts.hostname, port, int(database), parts.scheme == "rediss", parts.username or None
-
-
-def _stream(filename: str, index: int, entry: Any) -> StreamSource:
-    if not isinstance(entry, dict):
-        raise _refuse(filename, f"streams[{index}] must be a mapping with model, input and group")
-    for key in ("model", "input"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise _refuse(filename, f"streams[{index}] has no '{key}' (the served model, the stream read)")
-    group = entry.get("group", DEFAULT_GROUP)
-    if not isinstance(group, str) or not group:
-        raise _refuse(filename, f"streams[{index}].group must be a consumer group's name")
-    return StreamSource(entry["model"], entry["input"], group)
+        raise _refuse(name, f"the broker URL's database '{database}' is not a number, e.g. /0")
+    return parts.hostname or "", port, int(database), parts.scheme == "rediss", parts.username or None
 
 
 def read_streams_file(path: Path) -> StreamsFile:
@@ -109,24 +102,25 @@ def read_streams_file(path: Path) -> StreamsFile:
         raise _refuse(name, f"cannot read it: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise _refuse(name, f"not YAML: {exc}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("streams"), list):
+    if not isinstance(document, dict):
         raise _refuse(name, "must be a mapping with 'broker' and a list 'streams' (conch docs streams)")
-    if _has_password_key(document):
-        raise _refuse(name, "holds a 'password': put it in a Secret and give --stream-secret instead")
-    if not document["streams"]:
-        raise _refuse(name, "'streams' is empty: name at least one stream to read")
-    host, port, database, tls, username = _broker(name, document.get("broker"))
-    streams = tuple(_stream(name, index, entry) for index, entry in enumerate(document["streams"]))
-    where = {key: document.get(key) for key in ("username", "password_env", "password_file")}
+    if _has_password(document):
+        raise _refuse(
+            name,
+            "holds a password, and this file goes into a ConfigMap in Git: remove it, put it in a "
+            "Secret, give --stream-secret NAME and say password_env (or password_file) in the file",
+        )
+    streams = _server_rules(name, document)
+    host, port, database, tls, url_user = _broker(name, document["broker"])
+    where = {key: document.get(key) for key in PASSWORD_KEYS}
     for key, value in where.items():
         if value is not None and (not isinstance(value, str) or not value):
             raise _refuse(name, f"'{key}' must be a non-empty string")
     if where["password_file"] and not where["password_file"].startswith("/"):
-        raise _refuse(
-            name, "'password_file' must be an absolute path in the pod, e.g. /etc/conch/redis/password"
-        )
+        raise _refuse(name, "'password_file' must be an absolute path in the pod, e.g. /etc/conch/redis/pw")
+    username = document.get("username") or url_user
     return StreamsFile(
-        name, text, host, port, database, tls, where["username"] or username, streams,
+        name, text, host, port, database, tls, username, streams,
         password_env=where["password_env"], password_file=where["password_file"],
     )  # fmt: skip
 

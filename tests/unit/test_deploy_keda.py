@@ -156,7 +156,7 @@ def test_a_streams_file_holding_a_password_is_refused_without_echoing_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], broker: str, extra: str
 ) -> None:
     path = tmp_path / "streams.yaml"
-    path.write_text(f"broker: {broker}\n{extra}streams:\n  - {{model: iris-pipeline, input: in}}\n")
+    path.write_text(f"{extra}{_file(broker)}")
     with pytest.raises(SystemExit) as exited:
         deploy(tmp_path / "out", "--streams", str(path))
     assert exited.value.code == 2
@@ -216,6 +216,10 @@ def test_pending_requests_become_a_prometheus_trigger_with_the_hpa_s_target(
         assert "lagCount" not in trigger["metadata"] and "activationLagCount" not in trigger["metadata"]
 
 
+def _file(broker: str, model: str = "iris-pipeline") -> str:
+    return f"broker: {broker}\nstreams:\n  - {{model: {model}, input: in, results: out, dead_letter: dlq}}\n"
+
+
 @pytest.mark.parametrize(
     ("text", "flags", "message"),
     [
@@ -226,11 +230,13 @@ def test_pending_requests_become_a_prometheus_trigger_with_the_hpa_s_target(
             ["--stream-secret", "s"],
             "add 'password_env: REDIS_PASSWORD'",
         ),
-        ("broker: redis://r/0\nstreams:\n  - {model: nowhere, input: in}\n", [], "names nowhere, which"),
-        ("broker: http://r/0\nstreams:\n  - {model: iris-pipeline, input: in}\n", [], "'broker' must be"),
-        ("broker: redis://r/zero\nstreams:\n  - {model: iris-pipeline, input: in}\n", [], "'zero' is not"),
-        ("broker: redis://r\nstreams:\n  - {model: iris-pipeline}\n", [], "streams[0] has no 'input'"),
-        ("broker: redis://r\nstreams: []\n", [], "'streams' is empty"),
+        (_file("redis://r/0", "nowhere"), [], "names nowhere, which"),
+        (_file("http://r/0"), [], "'broker' must start with redis:// or rediss://"),
+        (_file("redis://r/zero"), [], "'zero' is not a number"),
+        (_file("redis://r").replace(", results: out", ""), [], "streams[0] needs ['results']"),
+        (_file("redis://r").replace("results: out", "results: in"), [], "must differ"),
+        ("broker: redis://r\nstreams: []\n", [], "'streams' must be a list with one entry"),
+        (_file("redis://r") + "maxlenn: 10\n", [], "unknown key(s) ['maxlenn']"),
     ],
 )
 def test_bad_streams_settings_exit_2_saying_what_to_fix(
