@@ -50,7 +50,7 @@ def _kubernetes(targets: Any) -> None:
     parser: argparse.ArgumentParser = targets.add_parser(
         "kubernetes",
         allow_abbrev=False,  # --replica must not pass for --replicas
-        help="Deployment, Service, HPA, PDB, ServiceMonitor, PrometheusRule",
+        help="Deployment, Service, HPA (or KEDA ScaledObject), PDB, ServiceMonitor, PrometheusRule",
         description="Check REPO (as conch validate does), then write the Kubernetes manifests that serve "
         "it. Settings come from flags, else from --config deploy.yaml (the flags' names as keys), else "
         "the defaults shown.",

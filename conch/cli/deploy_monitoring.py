@@ -27,8 +27,9 @@ def add_monitoring_target(targets: Any) -> None:
         "monitoring",
         help="PrometheusRule alerts, a promtool rules file and a Grafana dashboard",
         description="Write prometheusrule.yaml, rules.yaml and dashboard.json: alerts on latency (P95, "
-        "P99), failures, traffic day over day, readiness, fallbacks, circuits, rollbacks, queue time "
-        "and GPU memory, each linked to its section of docs/runbooks.md (conch docs runbooks).",
+        "P99), failures, traffic day over day, readiness, fallbacks, circuits, rollbacks, queue time, "
+        "GPU memory, stream lag, dead letters, the stream broker, contract refusals and out-of-range "
+        "values, each linked to its section of docs/runbooks.md (conch docs runbooks).",
     )
     parser.add_argument("repository", type=Path, nargs="?", help="a model repository to check first")
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder the files go to")
