@@ -53,10 +53,15 @@ def aging_server(start_server: Callable[..., ServerProcess], repository: Path) -
 
 @pytest.fixture(scope="module")
 def graced_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
-    """The aging server's age with a one-second grace: a call open past both is cut."""
+    """The aging server's age with a one-second grace: a call open past both is cut. Its gRPC port is
+    served by a frontend process, so the limits are seen to cross to one."""
     return start_server(
-        repository, "--grpc-max-connection-age-secs", "1", "--grpc-max-connection-age-grace-secs", "1"
-    )
+        repository,
+        "--frontends", "1",
+        "--grpc-max-concurrent-streams", "7",
+        "--grpc-max-connection-age-secs", "1",
+        "--grpc-max-connection-age-grace-secs", "1",
+    )  # fmt: skip
 
 
 def plain_call(client: grpcclient.InferenceServerClient, value: float) -> float:
@@ -83,16 +88,17 @@ def test_every_connection_is_told_the_default_stream_limit(aging_server: ServerP
         peer.close()
 
 
-@pytest.mark.parametrize("mode", [(), ("--frontends", "1"), ("--grpc-relay", "true")], ids=str)
+@pytest.mark.parametrize("mode", ["in-process", "frontend process", "relay"])
 def test_the_stream_limit_holds_however_the_port_is_served(
+    request: pytest.FixtureRequest,
     start_server: Callable[..., ServerProcess],
-    keepalive_server: ServerProcess,
     repository: Path,
-    mode: tuple[str, ...],
+    mode: str,
 ) -> None:
-    server = keepalive_server
-    if mode:
-        server = start_server(repository, *mode, "--grpc-max-concurrent-streams", "7")
+    if mode == "relay":
+        server = start_server(repository, "--grpc-relay", "true", "--grpc-max-concurrent-streams", "7")
+    else:
+        server = request.getfixturevalue("keepalive_server" if mode == "in-process" else "graced_server")
     peer = Http2Peer(server.grpc_port)
     try:
         assert peer.settings().get(MAX_CONCURRENT_STREAMS) == 7  # the same options carry keepalive and age
