@@ -14,6 +14,7 @@ from typing import Any
 
 from conch import __version__
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
+from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
 from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
@@ -326,8 +327,12 @@ class InferenceServer:
         self, request: InferenceRequest, served: ModelVersion, stream: ResponseStream | None = None
     ) -> tuple[ScheduledRequest, ContractCheck | None]:
         """The request checked against its version's config and contract, and what they add to the answer."""
-        config, parameters = served.config, request.parameters
-        inputs, output_names, checked = checked_inputs(request, served)
+        config, parameters, rules = served.config, request.parameters, served.request_rules
+        checked = None
+        if served.contract is None and not parameters:  # the usual case: the config's checks alone
+            inputs, output_names = validate_request(request, config, served.max_batch_size_completed, rules)
+        else:
+            inputs, output_names, checked = checked_inputs(request, served)
         if "sequence_id" in parameters and not config.HasField("sequence_batching"):
             refuse_sequence_parameters(parameters, request.model_name)
         rows = request.batch_size(config.max_batch_size > 0)

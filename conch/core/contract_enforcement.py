@@ -108,9 +108,9 @@ def enforce(
         if missing is not None and missing.any():
             values = inputs[name] = _treat_missing(rule, values, missing, rows, outcome, model)
         if rule.categories is not None:
-            _check_categories(rule, values, missing, outcome, model)
+            _check_categories(rule, values, outcome, model)
         if rule.has_range:
-            _check_range(rule, values, missing, outcome, model)
+            _check_range(rule, values, outcome, model)
     return outcome
 
 
@@ -140,11 +140,14 @@ def _absent(rule: FieldContract, dims: Sequence[int], rows: int, batching: bool,
 
 
 def _missing(rule: FieldContract, values: np.ndarray) -> np.ndarray | None:
-    """Where ``values`` are written missing; None where the datatype cannot write missing."""
+    """Where ``values`` are written missing; None where none is (or the datatype cannot write one)."""
     if values.dtype.kind == "f":
         return np.isnan(values)
     if rule.datatype == "BYTES":
-        return np.frompyfunc(_is_empty, 1, 1)(values).astype(bool)
+        flat = values.ravel().tolist()
+        if b"" not in flat and "" not in flat:
+            return None
+        return np.array([_is_empty(value) for value in flat], dtype=bool).reshape(values.shape)
     return None
 
 
@@ -177,58 +180,46 @@ def _treat_missing(
     return filled
 
 
-def _check_categories(
-    rule: FieldContract, values: np.ndarray, missing: np.ndarray | None, outcome: ContractOutcome, model: str
-) -> None:
-    known = rule.categories or ()
-    if rule.datatype == "BYTES":
-        known_bytes = {str(each).encode() for each in known}
-        unknown = np.frompyfunc(lambda v: _as_bytes(v) not in known_bytes, 1, 1)(values).astype(bool)
-    else:
-        unknown = ~np.isin(values, np.asarray(known))
-    if missing is not None and rule.missing == "impute":
-        unknown &= ~missing
-    count = int(unknown.sum())
-    if not count:
+def _check_categories(rule: FieldContract, values: np.ndarray, outcome: ContractOutcome, model: str) -> None:
+    known = rule.known
+    passes_missing = rule.missing == "impute"  # a missing value is the pipeline's, not a category
+    unknown = [
+        value
+        for value in values.ravel().tolist()
+        if value not in known and not (passes_missing and (value != value or _is_empty(value)))
+    ]
+    if not unknown:
         return
     if rule.unknown_category == "refuse":
-        first = values[unknown].flat[0]
+        first = unknown[0]
         shown = first.decode(errors="replace") if isinstance(first, bytes) else first
         raise ContractViolation(
             model,
             rule.name,
             "category",
             f"{shown!r} is not a category the model was fitted on, and its pipeline refuses unknown "
-            f"categories; send one of {list(known)[:20]}",
+            f"categories; send one of {list(rule.categories or ())[:20]}",
         )
-    outcome.unknown_categories[rule.name] = count
+    outcome.unknown_categories[rule.name] = len(unknown)
 
 
-def _as_bytes(value: object) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode()
-
-
-def _check_range(
-    rule: FieldContract, values: np.ndarray, missing: np.ndarray | None, outcome: ContractOutcome, model: str
-) -> None:
-    if values.dtype.kind not in "fiub":
+def _check_range(rule: FieldContract, values: np.ndarray, outcome: ContractOutcome, model: str) -> None:
+    if values.dtype.kind not in "fiu":
         return
-    outside = np.zeros(values.shape, dtype=bool)
-    if rule.minimum is not None:
-        outside |= values < rule.minimum
-    if rule.maximum is not None:
-        outside |= values > rule.maximum
-    if missing is not None:
-        outside &= ~missing
-    count = int(outside.sum())
-    if not count:
+    # NaN compares false both ways: a missing value is never outside the range.
+    below = 0 if rule.minimum is None else int(np.count_nonzero(values < rule.minimum))
+    above = 0 if rule.maximum is None else int(np.count_nonzero(values > rule.maximum))
+    if not below + above:
         return
     if rule.out_of_range == "refuse":
+        low = -np.inf if rule.minimum is None else rule.minimum
+        high = np.inf if rule.maximum is None else rule.maximum
+        outside = values[(values < low) | (values > high)]
         raise ContractViolation(
             model,
             rule.name,
             "range",
-            f"{values[outside].flat[0]!r} is outside the training range [{rule.minimum}, {rule.maximum}] "
+            f"{outside.flat[0]!r} is outside the training range [{rule.minimum}, {rule.maximum}] "
             "and the contract refuses such values",
         )
-    outcome.out_of_range[rule.name] = count
+    outcome.out_of_range[rule.name] = below + above

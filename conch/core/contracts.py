@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,13 @@ class FieldContract:
     out_of_range: str = "count"
     #: The column's name in the notebook's frame, where the tensor name differs (Table Schema's title).
     title: str | None = None
+    #: ``categories`` as a request's values come (text as bytes and str), for one lookup per value.
+    known: frozenset[object] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        categories = self.categories or ()
+        text = {each.encode() for each in categories if isinstance(each, str)}
+        object.__setattr__(self, "known", frozenset({*categories, *text}))
 
     @property
     def required(self) -> bool:
