@@ -1,12 +1,13 @@
 """The alerts and the dashboard of ``conch deploy monitoring`` against a running conch and a real
 Prometheus scraping it: every metric they select is in the server's exposition (the GPU families,
-which need a GPU, and the streams' and data contracts' families, which need a stream and a contract,
-excepted by name), and every PromQL expression runs without error, with samples for each signal the
+which need a GPU, and the data contracts' families, which need a model with a contract, excepted by
+name), and every PromQL expression runs without error, with samples for each signal the
 traffic produces, and the alerts' conditions true exactly where the traffic makes them.
 
 One server serves what each family needs to exist: a model with traffic (latency, queue, failures,
 answer codes), a model behind a circuit breaker, one answering from its MODEL fallback because its
-version 2 does not load (and so not READY), one in a release, and a PyTorch model (load phases).
+version 2 does not load (and so not READY), one in a release, and a PyTorch model (load phases). It
+also reads a stream from a real redis-server (lag, records, latency, the broker, and a dead letter).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from conch.deploy.monitoring import alerts
 from conch.deploy.monitoring.dashboard import dashboard
 from tests.fixtures.monitoring_queries import (
-    DATA_LAYER_FAMILIES,
+    CONTRACT_FAMILIES,
     GPU_FAMILIES,
     interpolate,
     metric_names,
@@ -34,12 +35,15 @@ from tests.fixtures.onnx_models import add_sub_model, reshape_model, scale_model
 from tests.fixtures.pytorch_models import cnn_config, write_torchscript_cnn
 from tests.integration.metrics_scrape import scrape
 from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
+from tests.integration.redis_server import REDIS_SERVER, RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
+from tests.integration.stream_helpers import produce, stream_entry, write_streams_yaml
 from tests.integration.test_prometheus import Prometheus
 from tests.integration.test_resilience import BREAKER, GOOD, call, fixed_reshape_model
 
 pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="the prometheus binary is not installed (make test installs it with apt-get)"
+    PROMETHEUS is None or REDIS_SERVER is None,
+    reason="prometheus or redis-server is not installed (make test installs both with apt-get)",
 )
 
 #: Prometheus's own series, not conch's exposition.
@@ -79,11 +83,20 @@ def _repository(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def conch(
-    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
+    start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory, broker: RedisServer
 ) -> ServerProcess:
     home = tmp_path_factory.mktemp("monitoring")
-    return start_server(_repository(home / "models"), "--state-dir", str(home / "state"))
+    streams = write_streams_yaml(home / "streams.yaml", broker.url, [stream_entry("paced", "paced-in")])
+    return start_server(
+        _repository(home / "models"), "--state-dir", str(home / "state"), "--streams", str(streams)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +107,12 @@ def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -
         yield Prometheus(url)
 
 
-def _send_traffic(conch: ServerProcess) -> None:
-    """Answered and refused requests on both protocols, fallback answers, calls to each model."""
+def _send_traffic(conch: ServerProcess, broker: RedisServer) -> None:
+    """Answered and refused requests on both protocols, fallback answers, calls to each model, and
+    stream records: answered ones, and one that is not JSON (a dead letter)."""
+    client = broker.client()
+    produce(client, "paced-in", 5)
+    client.xadd("paced-in", {"data": "not json"})
     with httpclient.InferenceServerClient(conch.http_url) as client:
         for index in range(60):
             width = 8 if index % 10 == 9 else 16  # every tenth has a wrong shape: a 400, REJECTED
@@ -122,16 +139,20 @@ def _send_traffic(conch: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def scraped(conch: ServerProcess, prometheus: Prometheus) -> set[str]:
+def scraped(conch: ServerProcess, prometheus: Prometheus, broker: RedisServer) -> set[str]:
     """Traffic sent while Prometheus scrapes; the sample names of the server's page afterwards, once
     Prometheus holds a few scrapes of the final counts."""
-    # The fallback counter's series appears with its first answer: a scrape of it before the others,
-    # so rate() sees them as an increase.
+    # The fallback and dead-letter counters' series appear with their first answer: a scrape of each
+    # before the others, so rate() and increase() see them as an increase.
     call(conch, "scored", GOOD)
+    broker.client().xadd("paced-in", {"data": "not json"})
     prometheus.wait_for('sum(conch_fallback_total{model="scored"})', 1)
-    _send_traffic(conch)
+    prometheus.wait_for('sum(conch_stream_dead_letters_total{stream="paced-in"})', 1)
+    _send_traffic(conch, broker)
     prometheus.wait_for('sum(conch_fallback_total{model="scored"})', 3)
     prometheus.wait_for("count(count_over_time(conch_fallback_total[1m]) >= 3)", 1)
+    prometheus.wait_for('sum(conch_stream_records_total{stream="paced-in"})', 7)
+    prometheus.wait_for('sum(conch_stream_dead_letters_total{stream="paced-in"})', 2)
     page = scrape(conch.metrics_url)
     return {sample.name for family in page.families.values() for sample in family.samples}
 
@@ -149,7 +170,7 @@ def test_every_metric_the_alerts_and_panels_select_is_exported(scraped: set[str]
     missing = {
         where: names - scraped
         for where, names in _referenced().items()
-        if names - scraped - GPU_FAMILIES - DATA_LAYER_FAMILIES - PROMETHEUS_SERIES
+        if names - scraped - GPU_FAMILIES - CONTRACT_FAMILIES - PROMETHEUS_SERIES
     }
     assert not missing, f"not in the exposition of a running server: {missing}"
     gpu_used = set().union(*_referenced().values()) & GPU_FAMILIES
@@ -160,7 +181,7 @@ def test_every_alert_runs_and_its_signal_has_samples(prometheus: Prometheus, scr
     for alert in alerts():
         prometheus.query(alert.expr)  # asserts Prometheus accepted and evaluated it
         signal = prometheus.query(alert.signal)
-        if alert.name in NEEDS_HISTORY or metric_names(alert.signal) & (GPU_FAMILIES | DATA_LAYER_FAMILIES):
+        if alert.name in NEEDS_HISTORY or metric_names(alert.signal) & (GPU_FAMILIES | CONTRACT_FAMILIES):
             continue
         assert signal, f"{alert.name}: no samples for {alert.signal}"
 
@@ -169,7 +190,7 @@ def test_every_panel_query_runs_with_samples(prometheus: Prometheus, scraped: se
     board = dashboard()
     for title, expr in panel_queries(board):
         result = prometheus.query(interpolate(expr, "1m"))
-        if metric_names(expr) & (GPU_FAMILIES | DATA_LAYER_FAMILIES):
+        if metric_names(expr) & (GPU_FAMILIES | CONTRACT_FAMILIES):
             continue
         assert result, f"{title}: no samples for {interpolate(expr, '1m')}"
     for name, selector in variable_selectors(board):
@@ -200,3 +221,15 @@ def test_the_conditions_hold_where_the_traffic_says_and_nowhere_else(
     assert set(_firing_now(prometheus, "ConchFallbackActive")) == {("scored", "1", "MODEL", "load_failed")}
     for quiet in ("ConchCircuitOpen", "ConchReleaseRolledBack", "ConchTargetDown"):
         assert _firing_now(prometheus, quiet) == {}, quiet
+    for quiet in ("ConchStreamLagGrowing", "ConchStreamBrokerDown"):
+        assert _firing_now(prometheus, quiet) == {}, quiet
+
+
+def test_a_dead_letter_fires_its_alert_with_its_reason(prometheus: Prometheus, scraped: set[str]) -> None:
+    """The records that are not JSON went to the dead-letter stream: one series, reason malformed."""
+    expr = next(a.expr for a in alerts() if a.name == "ConchStreamDeadLetters")
+    found = {
+        (str(s["metric"]["model"]), str(s["metric"]["stream"]), str(s["metric"]["reason"]))  # type: ignore[index]
+        for s in prometheus.query(expr)
+    }
+    assert found == {("paced", "paced-in", "malformed")}
