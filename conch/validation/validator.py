@@ -81,7 +81,8 @@ def validate_model(model_dir: Path, progress: Progress | None = None) -> list[Fi
         # No model file to check: its version folders stay empty, and its steps are other models.
         return found + version_numbers(folder)[1] + ensemble_findings(folder.config, folder.name)
     if backend_kind(folder.config) is BackendKind.PYTHON:
-        return found + python_model_findings(folder)
+        contracts = [f for n in version_numbers(folder)[0] for f in _contract(folder, n, folder.config)]
+        return found + python_model_findings(folder) + contracts
     if backend_kind(folder.config) is BackendKind.PYTORCH:
         # Checking a PyTorch program needs torch, an optional extra: the server's load checks it.
         return found + version_numbers(folder)[1]
@@ -133,12 +134,16 @@ def _check_version(
         + batching_findings(config, name)
         + warmup_config_findings(config, name)
     )
-    found += config_found + contract_findings(folder.path / str(number), config, name)
+    found += config_found + _contract(folder, number, config)
     if warmup_usable and not any(finding.is_error for finding in config_found):
         instance = OnnxRuntimeInstance(session, config)
         inputs = runtime_inputs(folder.path, config, min(BATCH_ROWS, max(config.max_batch_size, 1)))
         found += runtime_findings(instance, config, inputs, name, field, step)
     return found, config
+
+
+def _contract(folder: ModelFolder, number: int, config: mc.ModelConfig) -> list[Finding]:
+    return contract_findings(folder.path / str(number), config, folder.name)
 
 
 def _merge_versions(per_version: dict[int, list[Finding]]) -> list[Finding]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.contract_enforcement import ContractViolation, check_lineage, enforce
@@ -25,6 +29,9 @@ from conch.core.errors import InvalidArgumentError
 from conch.core.request_validation import RequestRules, validate_contracted_request
 from conch.core.types import InferenceRequest, Tensor
 from conch.observability.contract_metrics import ContractCollector, ContractFigures
+from conch.observability.tracing import RequestTrace
+from conch.request_contract import ContractCheck, answer_parameters
+from conch.validation.contract_checks import contract_findings
 
 DOCUMENT: dict[str, Any] = {
     "fields": [
@@ -275,3 +282,57 @@ def test_freshness_is_never_negative_and_a_future_time_is_counted() -> None:
     ] == [1]
     count = [s.value for s in families["conch_data_freshness_seconds"].samples if s.name.endswith("_count")]
     assert count == [2]
+
+
+def fraud_config() -> mc.ModelConfig:
+    config = mc.ModelConfig(name="fraud", max_batch_size=8)
+    for name, kind in [("amount", mc.TYPE_FP32), ("age", mc.TYPE_FP32)]:
+        config.input.add(name=name, data_type=kind, dims=[1])
+    for name in ("region", "plan"):
+        config.input.add(name=name, data_type=mc.TYPE_STRING, dims=[1])
+    return config
+
+
+def test_validate_reports_a_malformed_contract_and_a_missing_training_range(tmp_path: Path) -> None:
+    version = tmp_path / "1"
+    version.mkdir()
+    assert contract_findings(version, fraud_config(), "fraud") == []  # no contract: nothing to say
+    document = json.loads(json.dumps(DOCUMENT))
+    (version / CONTRACT_FILENAME).write_text(yaml.safe_dump(document), encoding="utf-8")
+    assert contract_findings(version, fraud_config(), "fraud") == []
+    del document["fields"][0]["constraints"]["minimum"], document["fields"][0]["constraints"]["maximum"]
+    (version / CONTRACT_FILENAME).write_text(yaml.safe_dump(document), encoding="utf-8")
+    (no_range,) = contract_findings(version, fraud_config(), "fraud")
+    assert (no_range.code, no_range.severity.value, no_range.field) == (
+        "contract-no-range",
+        "info",
+        "1/contract.yaml",
+    )
+    assert "--reference" in no_range.hint
+    document["fields"][1]["conch"]["missing"] = "sometimes"
+    (version / CONTRACT_FILENAME).write_text(yaml.safe_dump(document), encoding="utf-8")
+    (malformed,) = contract_findings(version, fraud_config(), "fraud")
+    assert malformed.code == "contract-malformed" and malformed.is_error
+    assert "field 'age': conch.missing must be one of" in malformed.message
+
+
+def test_the_answer_carries_filled_and_the_trace_carries_lineage_and_freshness() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    request = InferenceRequest("fraud", trace=RequestTrace(provider.get_tracer("test").start_span("POST")))
+    outcome = enforce(
+        contract(), {"plan": column("basic")}, dict.fromkeys(DOCUMENT_NAMES, (1,)), True, "fraud"
+    )
+    route_parameters = {"fallback_level": "CPU"}
+    checked = ContractCheck(outcome, Lineage("v9", time.time() - 3.0))
+    answer = answer_parameters(request, checked, route_parameters)
+    assert answer == {"fallback_level": "CPU", "filled": "age,region"}
+    assert route_parameters == {"fallback_level": "CPU"}  # the route's dict is shared by its answers
+    assert request.trace is not None
+    request.trace.span.end()
+    (span,) = exporter.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert attributes["conch.data_version"] == "v9"
+    assert 3.0 <= attributes["conch.data_freshness_s"] < 60.0
+    provider.shutdown()
