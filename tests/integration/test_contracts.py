@@ -24,12 +24,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
+from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
 from conch.exporting import export
@@ -128,7 +130,16 @@ def repository(tmp_path_factory: pytest.TempPathFactory, trained: tuple[pd.DataF
     (root / "fraud_strict" / "config.pbtxt").write_text(
         (root / "fraud" / "config.pbtxt").read_text().replace('name: "fraud"', 'name: "fraud_strict"')
     )
+    # Version 2: the same model under the exported contract, served beside version 1.
+    shutil.copytree(root / "fraud" / "1", root / "fraud_strict" / "2")
+    second = json.loads((root / "fraud_strict" / "2" / "metadata.json").read_text())
+    second.update(name="fraud_strict", version=2)
+    (root / "fraud_strict" / "2" / "metadata.json").write_text(json.dumps(second))
+    config = text_format.Parse((root / "fraud_strict" / "config.pbtxt").read_text(), mc.ModelConfig())
+    config.version_policy.all.SetInParent()
+    (root / "fraud_strict" / "config.pbtxt").write_text(text_format.MessageToString(config))
     shutil.copytree(root / "fraud_strict", root / "broken")
+    shutil.rmtree(root / "broken" / "2")
     (root / "broken" / "config.pbtxt").write_text(
         (root / "fraud" / "config.pbtxt").read_text().replace('name: "fraud"', 'name: "broken"')
     )
@@ -189,7 +200,9 @@ def test_export_writes_the_contract_the_pipeline_implies(repository: Path) -> No
 
 
 def test_a_package_carries_the_edited_contract_under_its_checksum(repository: Path, tmp_path: Path) -> None:
-    package = package_model(repository / "fraud_strict", parse_semver("1.0.0"), tmp_path / "strict.tar.gz")
+    package = package_model(
+        repository / "fraud_strict", parse_semver("1.0.0"), tmp_path / "strict.tar.gz", model_version=1
+    )
     installed = install_package(package, tmp_path / "installed")
     edited = (repository / "fraud_strict" / "1" / "contract.yaml").read_text()
     assert (installed.version_dir / "contract.yaml").read_text() == edited
@@ -302,12 +315,15 @@ def test_an_edited_contract_requires_lineage_and_refuses_out_of_range_values(ser
         with pytest.raises(
             InferenceServerException, match=r"parameter 'ingestion_timestamp' .* rule 'required'"
         ):
-            client.infer("fraud_strict", row)
-        client.infer("fraud_strict", row, parameters={"ingestion_timestamp": time.time()})
+            client.infer("fraud_strict", row, model_version="1")
+        # Each version is held to its own contract: version 2 kept the exported one.
+        assert client.infer("fraud_strict", row, model_version="2").get_response()["model_version"] == "2"
+        client.infer("fraud_strict", row, model_version="1", parameters={"ingestion_timestamp": time.time()})
         with pytest.raises(InferenceServerException, match=r"input 'amount' .* rule 'range'"):
             client.infer(
                 "fraud_strict",
                 row_inputs([{"amount": 1e6, "plan": "basic"}], httpclient),
+                model_version="1",
                 parameters={"ingestion_timestamp": "2026-01-31T12:00:00Z"},
             )
         index = {entry["name"]: entry for entry in client.get_model_repository_index()}
