@@ -7,7 +7,8 @@ or on another replica once they have been idle ``claim_idle_ms``). Each record r
 as it gathers HTTP and gRPC requests.
 
 Reading pauses while ``max_in_flight`` records are unacknowledged, while the model refuses for now
-(a full queue, a model not ready: the record waits and runs again, never a dead letter), and while
+(a full queue, a model not ready: the record waits in ``window.py``'s window and runs again, never a
+dead letter), and while
 the results or dead-letter stream refuses writes. A broker that cannot be reached is retried with
 backoff from 0.1 s to 5 s.
 """
@@ -33,6 +34,7 @@ from conch.streams.record import (
     result_fields,
 )
 from conch.streams.state import StreamState
+from conch.streams.window import ModelWindow
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class StreamConsumer:
         self._waiting_on_model = 0
         self._sink_failing = False
         self._closing = False
+        self._window = ModelWindow(config.max_in_flight)
 
     async def run(self) -> None:
         """Read and answer until :meth:`stop`; then finish what was read, acknowledge it, return."""
@@ -194,6 +197,8 @@ class StreamConsumer:
         waiting = False
         try:
             while True:
+                await self._window.enter()
+                refused_for_now = False
                 try:
                     record = self._decode(entry)
                     response = await self.server.infer(record.request, admitted=True, endpoint="a stream")
@@ -205,11 +210,15 @@ class StreamConsumer:
                 except ConchError as exc:
                     if exc.kind not in _TRANSIENT:
                         return self._dead_letter(entry, refusal_of(exc))
-                    if self.stopping.is_set():
-                        return None, 0.0, ""
-                    if not waiting:
-                        waiting = True
-                        self._waiting_on_model += 1
+                    refused_for_now = True
+                finally:
+                    self._window.leave(refused_for_now)
+                if self.stopping.is_set():
+                    return None, 0.0, ""
+                if not waiting:
+                    waiting = True
+                    self._waiting_on_model += 1
+                if self._window.inside == 0:  # refused with none of ours inside: not ready, or others' load
                     await asyncio.sleep(backoff.take())
         finally:
             if waiting:

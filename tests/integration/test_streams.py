@@ -18,7 +18,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures.onnx_models import ADD_SUB_CONFIG, add_sub_model, write_repository
+from tests.fixtures.onnx_models import ADD_SUB_CONFIG, add_sub_model, slow_identity_model, write_repository
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
 from tests.integration.stream_helpers import (
@@ -27,12 +27,21 @@ from tests.integration.stream_helpers import (
     pending,
     produce,
     stream_entry,
+    tally,
     wait_until,
     write_streams_yaml,
 )
 
 MAX_RECORD_BYTES = 4096
 MAX_DELIVERIES = 2
+#: A slow model whose queue holds two requests: a stream's 64-record reads overflow it at once.
+QUEUED_CONFIG = """
+name: "queued"
+max_batch_size: 2
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { default_queue_policy { max_queue_size: 2 } }
+"""
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +79,11 @@ def server(
 ) -> ServerProcess:
     home = tmp_path_factory.mktemp("streams")
     repository = write_repository(
-        home / "models", {"add_sub": (add_sub_model(), ADD_SUB_CONFIG.replace("{name}", "add_sub"))}
+        home / "models",
+        {
+            "add_sub": (add_sub_model(), ADD_SUB_CONFIG.replace("{name}", "add_sub")),
+            "queued": (slow_identity_model(), QUEUED_CONFIG),
+        },
     )
     client.set("stuck-out", "a string where a stream should be")
     config = write_streams_yaml(
@@ -82,6 +95,7 @@ def server(
             stream_entry("fraud", "nomodel-in"),
             stream_entry("add_sub", "stuck-in"),
             stream_entry("add_sub", "claimed-in"),
+            stream_entry("queued", "busy-in"),
         ],
         claim_idle_ms=500,
         max_deliveries=MAX_DELIVERIES,
@@ -209,6 +223,19 @@ def test_a_dead_consumers_entries_are_claimed_and_poison_is_dead_lettered(
     assert [f[b"entry"].decode() for f in letters] == [dead_consumer_entries["poison"]]
     assert letters[0][b"reason_class"] == b"poison"
     assert f"max_deliveries {MAX_DELIVERIES}".encode() in letters[0][b"reason"]
+
+
+def test_a_full_batcher_queue_pauses_reading_and_no_record_is_refused(
+    server: ServerProcess, client: redis.Redis
+) -> None:
+    sent = produce(client, "busy-in", 120, {"INPUT0": [1.0, 2.0, 3.0, 4.0]})
+    wait_until(lambda: tally(client, sent, "busy-out", "busy-dlq").lost == 0, 60, "every record answered")
+    counted = tally(client, sent, "busy-out", "busy-dlq")
+    assert counted.dead_letters == 0 and counted.duplicates == 0
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    refused = 'nv_inference_request_failure{model="queued",reason="REJECTED",version="1"}'
+    assert float(text.split(refused)[1].split()[0]) > 0, "the queue never filled: nothing was paused"
 
 
 def test_metrics_status_page_and_readiness_show_each_stream(
