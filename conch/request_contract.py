@@ -47,19 +47,17 @@ def checked_inputs(
         )
         lineage = lineage_of(parameters) if parameters else None
         return inputs, output_names, None if lineage is None else ContractCheck(None, lineage)
-    inputs, output_names, outcome = validate_contracted_request(
-        request, served.config, served.max_batch_size_completed, served.request_rules, contract
-    )
-    lineage = lineage_of(parameters)
-    check_lineage(contract, lineage, request.model_name)
+    try:
+        inputs, output_names, outcome = validate_contracted_request(
+            request, served.config, served.max_batch_size_completed, served.request_rules, contract
+        )
+        lineage = lineage_of(parameters)
+        check_lineage(contract, lineage, request.model_name)
+    except ContractViolation as exc:
+        FIGURES.violation(request.model_name, str(served.version), exc.field, exc.rule)
+        raise
     FIGURES.outcome(request.model_name, str(served.version), outcome)
     return inputs, output_names, ContractCheck(outcome, lineage)
-
-
-def count_violation(request: InferenceRequest, served: ModelVersion, error: Exception) -> None:
-    """Count ``error`` when it is a contract's refusal."""
-    if isinstance(error, ContractViolation):
-        FIGURES.violation(request.model_name, str(served.version), error.field, error.rule)
 
 
 def answer_parameters(

@@ -26,7 +26,7 @@ from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.request_contract import ContractCheck, answer_parameters, checked_inputs, count_violation
+from conch.request_contract import ContractCheck, answer_parameters, checked_inputs
 from conch.router.fallback import business_answer, is_device_error
 from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
@@ -293,7 +293,6 @@ class InferenceServer:
         except ConchError as exc:
             error = exc
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
-            count_violation(request, served, exc)
             raise
         except Exception as exc:
             error = exc
@@ -399,7 +398,6 @@ class InferenceServer:
                 )
         except ConchError as exc:
             stats.record_failure(time.perf_counter_ns() - started, _failure_reason(exc))
-            count_violation(request, served, exc)
             raise
         finally:
             stats.pending -= 1
