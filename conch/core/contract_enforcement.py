@@ -206,20 +206,22 @@ def _check_categories(rule: FieldContract, values: np.ndarray, outcome: Contract
 def _check_range(rule: FieldContract, values: np.ndarray, outcome: ContractOutcome, model: str) -> None:
     if values.dtype.kind not in "fiu":
         return
+    # The bounds as the values' dtype: the training maximum sent back as float32 is not above it.
     # NaN compares false both ways: a missing value is never outside the range.
-    below = 0 if rule.minimum is None else int(np.count_nonzero(values < rule.minimum))
-    above = 0 if rule.maximum is None else int(np.count_nonzero(values > rule.maximum))
-    if not below + above:
+    kind = values.dtype if values.dtype.kind == "f" else np.dtype(np.float64)
+    low = np.asarray(-np.inf if rule.minimum is None else rule.minimum, dtype=kind)
+    high = np.asarray(np.inf if rule.maximum is None else rule.maximum, dtype=kind)
+    outside = (values < low) | (values > high)
+    count = int(np.count_nonzero(outside))
+    if not count:
         return
     if rule.out_of_range == "refuse":
-        low = -np.inf if rule.minimum is None else rule.minimum
-        high = np.inf if rule.maximum is None else rule.maximum
-        outside = values[(values < low) | (values > high)]
+        first = values[outside].ravel()[0].item()
         raise ContractViolation(
             model,
             rule.name,
             "range",
-            f"{outside.flat[0]!r} is outside the training range [{rule.minimum}, {rule.maximum}] "
+            f"{first!r} is outside the training range [{rule.minimum}, {rule.maximum}] "
             "and the contract refuses such values",
         )
-    outcome.out_of_range[rule.name] = below + above
+    outcome.out_of_range[rule.name] = count

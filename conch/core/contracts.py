@@ -68,7 +68,10 @@ class FieldContract:
     def __post_init__(self) -> None:
         categories = self.categories or ()
         text = {each.encode() for each in categories if isinstance(each, str)}
-        object.__setattr__(self, "known", frozenset({*categories, *text}))
+        # A float category as the request's dtype holds it: 0.1 arrives as float32's 0.100000001.
+        dtype = datatypes.BY_NAME[self.datatype].numpy if self.datatype.startswith("FP") else None
+        rounded = {float(dtype.type(each)) for each in categories} if dtype is not None else set()
+        object.__setattr__(self, "known", frozenset({*categories, *text, *rounded}))
 
     @property
     def required(self) -> bool:

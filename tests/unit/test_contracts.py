@@ -205,6 +205,16 @@ def test_values_outside_the_training_range_are_counted_or_refused() -> None:
         held({"amount": column(101.0), "plan": column("basic")}, strict)
 
 
+def test_float32_values_meet_float64_categories_and_bounds_at_their_own_precision() -> None:
+    categories = contract({"constraints.enum": [0.1, 0.7]})
+    _, outcome = held({"amount": column(0.1, 0.7, 0.2), "plan": column("basic", "plus", "plus")}, categories)
+    assert outcome.unknown_categories == {"amount": 1}
+    bounds = contract({"constraints.minimum": 0.1, "constraints.maximum": 333.7411185835721})
+    edges = column(0.1, 333.7411185835721, 0.09, 334.0)
+    _, outcome = held({"amount": edges, "plan": column("basic", "plus", "plus", "basic")}, bounds)
+    assert outcome.out_of_range == {"amount": 2}
+
+
 def test_the_request_checks_let_through_what_the_contract_completes_and_name_the_type_rule() -> None:
     config = mc.ModelConfig(name="fraud", max_batch_size=8)
     for name, kind in [
