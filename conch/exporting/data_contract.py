@@ -74,13 +74,12 @@ def write_contract(
     fields = {}
     for entry in config.input:
         datatype = datatypes.from_config_type(entry.data_type).name
-        if single:
-            treatment = _all_columns(list(treatments.values()))
-            observed = None
+        if single:  # one value cannot be every column's default: a missing one is refused
+            treatment, observed, seen = _all_columns(list(treatments.values())), None, None
         else:
             treatment = treatments[tensors.get(entry.name, entry.name)]
             observed = measured.get(entry.name) if measured is not None else None
-        seen = observed if observed is not None else conversion.inputs.get(entry.name)
+            seen = observed if observed is not None else conversion.inputs.get(entry.name)
         fields[entry.name] = _field(entry.name, datatype, treatment, seen, observed, tensors.get(entry.name))
     contract = Contract(fields, range_source="reference" if measured is not None else "none")
     text = _HEADER + yaml.safe_dump(contract_document(contract), sort_keys=False, allow_unicode=True)

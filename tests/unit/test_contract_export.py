@@ -3,16 +3,21 @@ whether an unknown category is refused (no ONNX conversion: the walk of the fitt
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from sklearn.compose import ColumnTransformer, make_column_transformer
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LinearRegression
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
 
+from conch.core.contracts import CONTRACT_FILENAME, parse_contract
+from conch.exporting import export
 from conch.exporting.column_treatments import column_treatments
 from conch.exporting.data_contract import _default
 
@@ -88,3 +93,19 @@ def test_a_default_is_the_median_or_the_most_frequent_value_seen(
     values: np.ndarray, kind: str, default: object
 ) -> None:
     assert _default(values, kind) == default
+
+
+def test_an_array_model_gets_one_field_that_imputes_only_where_every_column_does(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    matrix = rng.normal(size=(60, 3))
+    target = (matrix[:, 0] > 0).astype(int)
+    imputing = make_pipeline(SimpleImputer(), LogisticRegression()).fit(matrix, target)
+    plain = LogisticRegression().fit(matrix, target)
+    for name, model, missing in [("imputing", imputing, "impute"), ("plain", plain, "refuse")]:
+        version = export(model, matrix[:10], repository=tmp_path, name=name)
+        (field,) = yaml.safe_load((version / CONTRACT_FILENAME).read_text())["fields"]
+        assert (field["name"], field["conch"]["missing"]) == ("input", missing)
+        assert "default" not in field["conch"] and "minimum" not in field["constraints"]
+        assert parse_contract(yaml.safe_load((version / CONTRACT_FILENAME).read_text())).supplies(
+            "input"
+        ) is (missing == "impute")
