@@ -175,15 +175,20 @@ def client_ports(server_port: int) -> set[int]:
 def test_unary_calls_keep_working_across_the_connections_age(aging_server: ServerProcess) -> None:
     answers = []
     seen: set[int] = set()
+    moved = 0  # answers when the client was first seen on a second connection
     with grpcclient.InferenceServerClient(aging_server.grpc_url) as client:
         deadline = time.monotonic() + 2.5  # past two ages: the client moves to a new connection
         while time.monotonic() < deadline and len(answers) < 400:
             answers.append(plain_call(client, float(len(answers))))
             seen |= client_ports(aging_server.grpc_port)
+            moved = moved or (len(answers) if len(seen) >= 2 else 0)
+            if moved and len(answers) >= moved + 5:
+                break  # five calls answered since the move
             time.sleep(0.01)
     assert answers == [float(index) for index in range(len(answers))]
     assert len(answers) >= 10
     assert len(seen) >= 2, "the client kept one connection: it never reached its age"
+    assert len(answers) >= moved + 5, "calls after the client's move to a new connection were not answered"
 
 
 class SequenceStream:
