@@ -3,7 +3,8 @@
 A data contract must refuse only what the pipeline itself would refuse, so its rules are read off the
 fitted parts rather than guessed from the data:
 
-- a column **imputes** when an imputer (``sklearn.impute``) sits on its path, or when every part on
+- a column **imputes** when an imputer (``sklearn.impute``) or a text vectorizer (which reads an
+  empty text, the missing text, as no words) sits on its path, or when every part on
   its path lets NaN through (scikit-learn's ``allow_nan`` tag) to an estimator that takes NaN
   (HistGradientBoosting, XGBoost, LightGBM, CatBoost); a dropped column imputes trivially;
 - a column's **categories** are its encoder's ``categories_`` (OneHotEncoder, OrdinalEncoder), missing
@@ -86,6 +87,10 @@ def _one_part(part: Any, columns: list[Any], treatments: dict[Any, ColumnTreatme
         for column in columns:
             treatments[column].imputes = True
         return True
+    if module.startswith("sklearn.feature_extraction.text"):  # an empty text is no words: treated
+        for column in columns:
+            treatments[column].imputes = True
+        return False
     if name == "FunctionTransformer" and part.func is None:  # how a fitted "passthrough" is kept
         return True
     if name in ("OneHotEncoder", "OrdinalEncoder") and hasattr(part, "categories_"):

@@ -39,7 +39,6 @@ from conch.core.contracts import (
 from conch.exporting.column_treatments import ColumnTreatment, column_treatments
 from conch.exporting.conversion import Conversion
 from conch.exporting.samples import SINGLE_INPUT, frame_columns, is_data_frame, is_missing
-from conch.exporting.text_pipelines import is_text_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +66,6 @@ def write_contract(
         else [tensors.get(name, name) for name in conversion.inputs]
     )
     treatments = column_treatments(model, original)
-    if is_text_pipeline(model):  # a vectorizer reads an empty text as no words: it treats missing
-        for treatment in treatments.values():
-            treatment.imputes = True
     measured = _reference_columns(reference, conversion, tensors) if reference is not None else None
     fields = {}
     for entry in config.input:

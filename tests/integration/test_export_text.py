@@ -200,7 +200,12 @@ def test_classes_name_the_columns_and_the_classification_extension(
 
 BAD_INPUTS = {
     "text called with numbers": ("reviews", {"text": np.ones((2, 1), np.float32)}, "text"),
-    "a frame missing a column": ("churn", {"age": np.ones((2, 1), np.float32)}, "visits"),
+    # A frame missing a column is served: the data contract imputes it or fills its default.
+    "a frame with a column the model lacks": (
+        "churn",
+        {"age": np.ones((2, 1), np.float32), "income": np.ones((2, 1), np.float32)},
+        "income",
+    ),
     "a column of the wrong kind": (
         "churn",
         {

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from sklearn.compose import ColumnTransformer, make_column_transformer
 from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -56,6 +57,14 @@ def test_imputers_encoders_and_dropped_columns_decide_each_columns_treatment() -
         and found["size"].refuses_unknown
     )
     assert found["y"].dropped and found["y"].imputes  # a dropped column takes anything
+
+
+def test_a_text_vectorizer_treats_an_empty_text_as_missing() -> None:
+    data, target = frame()
+    data["note"] = np.where(np.arange(len(data)) % 2, "fast delivery", "")
+    features = make_column_transformer((TfidfVectorizer(), "note"), (StandardScaler(), ["x"]))
+    found = column_treatments(make_pipeline(features, LinearRegression()).fit(data, target), ["note", "x"])
+    assert found["note"].imputes and found["note"].categories is None and not found["x"].imputes
 
 
 def test_an_estimator_that_takes_nan_imputes_every_numeric_column_that_reaches_it() -> None:
