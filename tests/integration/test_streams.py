@@ -128,7 +128,8 @@ def test_rows_and_v2_bodies_are_answered_into_the_results_stream(
         "inputs": [
             {"name": n, "datatype": "FP32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
             for n in ("INPUT0", "INPUT1")
-        ]
+        ],
+        "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT1", "parameters": {"binary_data": True}}],
     }
     tensors = np.full(16, 2.0, np.float32).tobytes() + np.full(16, 5.0, np.float32).tobytes()
     client.xadd("rows-in", {"data": json.dumps(header), "binary": tensors, "id": "binary"})
@@ -144,7 +145,11 @@ def test_rows_and_v2_bodies_are_answered_into_the_results_stream(
     assert versioned["ingestion_timestamp"] == "2026-01-31T12:00:00Z"
     assert versioned["latency_ms"] > 1000  # freshness from the record's own timestamp
     assert results["two-rows"][1]["outputs"]["OUTPUT0"] == [[4.0] * 16] * 2
-    assert results["binary"][1]["outputs"]["OUTPUT1"] == [[-3.0] * 16]
+    binary_fields, binary_result = results["binary"]
+    assert binary_result["outputs"]["OUTPUT0"] == [[7.0] * 16]
+    described = {"datatype": "FP32", "shape": [1, 16], "binary_data_size": 64}
+    assert binary_result["outputs"]["OUTPUT1"] == described
+    assert np.frombuffer(binary_fields[b"binary"], np.float32).tolist() == [-3.0] * 16
     assert pending(client, "rows-in") == 0
     assert not entries(client, "rows-dlq")
 
