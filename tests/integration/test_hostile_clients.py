@@ -270,36 +270,38 @@ def answers_never_read_hold_little_and_the_client_is_cut_off(server: ServerProce
 # Slow clients.
 
 
-def test_a_body_trickled_under_the_minimum_rate_is_cut_off(server: ServerProcess) -> None:
-    head = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+def trickle(
+    server: ServerProcess, length: int, piece: bytes, every: float, most: float
+) -> tuple[bytes, float]:
+    """Declares a ``length``-byte body and sends ``piece`` every ``every`` seconds until cut off (or
+    ``most`` seconds): the answer, and the seconds until the server closed."""
+    head = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % length
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=15) as sock:
         sock.sendall(head)
         started = time.monotonic()
         try:
-            while time.monotonic() - started < 10:
-                sock.sendall(b"0123456789")  # 10 bytes every 0.3 s: never a stall
-                time.sleep(0.3)
+            while time.monotonic() - started < most:
+                sock.sendall(piece)
+                time.sleep(every)
         except OSError:
             pass
-        answer = read_all(sock)
-        assert time.monotonic() - started < 10
-    assert answer.startswith(b"HTTP/1.1 408 ") and b"--http-min-body-rate" in answer
+        return read_all(sock), time.monotonic() - started
 
 
-def test_a_request_longer_than_its_deadline_is_cut_off_however_steady(server: ServerProcess) -> None:
-    head = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=15) as sock:
-        sock.sendall(head)
-        started = time.monotonic()
-        try:
-            while time.monotonic() - started < 12:
-                sock.sendall(b"x" * 1000)  # 5,000 bytes a second, over the minimum rate
-                time.sleep(0.2)
-        except OSError:
-            pass
-        answer = read_all(sock)
-        assert REQUEST_SECS - 0.5 < time.monotonic() - started < 12
-    assert answer.startswith(b"HTTP/1.1 408 ") and b"--http-request-timeout-secs" in answer
+def test_a_trickled_body_is_cut_under_the_minimum_rate_and_a_steady_one_at_the_deadline(
+    server: ServerProcess,
+) -> None:
+    """The two slow bodies at once (each only waits): 10 bytes every 0.3 s never stall but fall under
+    the minimum rate; 5,000 bytes a second keep over it and are cut at the request deadline."""
+    with ThreadPoolExecutor(2) as pool:
+        trickled = pool.submit(trickle, server, 100_000, b"0123456789", 0.3, 10)
+        steady = pool.submit(trickle, server, 1_000_000, b"x" * 1000, 0.2, 12)
+        (slow_answer, slow_secs), (steady_answer, steady_secs) = trickled.result(), steady.result()
+    assert slow_answer.startswith(b"HTTP/1.1 408 ") and b"--http-min-body-rate" in slow_answer, slow_answer
+    assert slow_secs < 10
+    assert steady_answer.startswith(b"HTTP/1.1 408 "), steady_answer
+    assert b"--http-request-timeout-secs" in steady_answer
+    assert REQUEST_SECS - 0.5 < steady_secs < 12
 
 
 # Oversized bodies.
