@@ -30,6 +30,8 @@ class RedisServer:
     home: Path
     persist: bool = False
     extra: list[str] = field(default_factory=list)
+    #: ``requirepass``: clients must give it (None: no password).
+    password: str | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -38,11 +40,13 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=10)
 
     def start(self, timeout: float = 15) -> RedisServer:
         assert REDIS_SERVER is not None, "redis-server is not installed (make test installs it)"
-        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
+        durability = (
+            ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
+        )
         command = [
             REDIS_SERVER,
             "--bind",
@@ -56,6 +60,7 @@ class RedisServer:
             *durability,
             "--protected-mode",
             "no",
+            *(["--requirepass", self.password] if self.password else []),
             *self.extra,
         ]
         log = (self.home / f"redis-{self.port}.log").open("ab")
@@ -83,10 +88,12 @@ class RedisServer:
 
 
 @contextmanager
-def running_redis(home: Path, persist: bool = False, extra: list[str] | None = None) -> Iterator[RedisServer]:
+def running_redis(
+    home: Path, persist: bool = False, extra: list[str] | None = None, password: str | None = None
+) -> Iterator[RedisServer]:
     """A started redis-server in ``home``; stopped when the block ends, also when a test fails."""
     home.mkdir(parents=True, exist_ok=True)
-    server = RedisServer(home, persist, extra or []).start()
+    server = RedisServer(home, persist, extra or [], password).start()
     try:
         yield server
     finally:
