@@ -2,7 +2,8 @@
 SIGTERM, SIGKILL and a restart, and two replicas of one group with one killed. Nothing is lost;
 duplicates come only from entries read and not yet acknowledged.
 
-Small runs (a few hundred records); ``-m streams_soak`` (test_streams_soak.py) runs them long.
+Small runs (a few hundred records); the tests marked ``streams_soak`` run them long
+(``pytest -m streams_soak``).
 """
 
 from __future__ import annotations
@@ -155,3 +156,34 @@ def test_two_replicas_share_a_group_and_claim_a_dead_ones_entries(
     assert sharing == 2, "one replica answered everything before the kill"
     assert counted.lost == 0 and counted.dead_letters == 0
     assert counted.duplicates <= MAX_IN_FLIGHT
+
+
+#: The long runs (``pytest -m streams_soak``, a few minutes; deselected by default).
+SOAK_KILLS = 5
+
+
+@pytest.mark.streams_soak
+def test_soak_five_sigkills_and_restarts_lose_nothing(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    start = serve_stream("soak-kill-in")
+    counted = kill_and_restart(
+        client, start, "soak-kill-in", "soak-kill-out", "soak-kill-dlq", 3000, SOAK_KILLS, SLOW_ROW
+    )
+    print("soak kill and restart:", counted.line())
+    assert counted.lost == 0 and counted.dead_letters == 0
+    assert counted.duplicates <= SOAK_KILLS * MAX_IN_FLIGHT
+
+
+@pytest.mark.streams_soak
+def test_soak_a_rebalance_with_four_replicas_killed_and_replaced_loses_nothing(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    start = serve_stream("soak-pair-in")
+    counted, sharing = rebalance(
+        client, start, "soak-pair-in", "soak-pair-out", "soak-pair-dlq", 3000, 4, 20.0, SLOW_ROW
+    )
+    print("soak rebalance:", counted.line(), "sharing before the first kill:", sharing)
+    assert sharing == 2
+    assert counted.lost == 0 and counted.dead_letters == 0
+    assert counted.duplicates <= 4 * MAX_IN_FLIGHT
