@@ -18,6 +18,7 @@ from pathlib import Path
 
 import redis
 
+from tests.fixtures.certificates import Certificates
 from tests.integration.server_process import free_port
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -32,15 +33,18 @@ class RedisServer:
     extra: list[str] = field(default_factory=list)
     #: ``requirepass``: clients must give it (None: no password).
     password: str | None = None
+    #: TLS only (``rediss://``), with these certificates (None: plain TCP).
+    tls: Certificates | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=10)
+        tls = {"ssl": True, "ssl_ca_certs": str(self.tls.ca)} if self.tls else {}
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=10, **tls)
 
     def start(self, timeout: float = 15) -> RedisServer:
         assert REDIS_SERVER is not None, "redis-server is not installed (make test installs it)"
@@ -51,8 +55,7 @@ class RedisServer:
             REDIS_SERVER,
             "--bind",
             "127.0.0.1",
-            "--port",
-            str(self.port),
+            *self._listening(),
             "--dir",
             str(self.home),
             "--save",
@@ -76,6 +79,15 @@ class RedisServer:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer in {timeout}s")
 
+    def _listening(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            *("--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"),
+            *("--tls-cert-file", str(self.tls.server_cert), "--tls-key-file", str(self.tls.server_key)),
+            *("--tls-ca-cert-file", str(self.tls.ca)),
+        ]
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -89,11 +101,15 @@ class RedisServer:
 
 @contextmanager
 def running_redis(
-    home: Path, persist: bool = False, extra: list[str] | None = None, password: str | None = None
+    home: Path,
+    persist: bool = False,
+    extra: list[str] | None = None,
+    password: str | None = None,
+    tls: Certificates | None = None,
 ) -> Iterator[RedisServer]:
     """A started redis-server in ``home``; stopped when the block ends, also when a test fails."""
     home.mkdir(parents=True, exist_ok=True)
-    server = RedisServer(home, persist, extra or [], password).start()
+    server = RedisServer(home, persist, extra or [], password, tls).start()
     try:
         yield server
     finally:

@@ -1,5 +1,6 @@
-"""``--streams`` with a password from a secret file and ``--workers 2``: one consumer per worker
-process shares the group, and the password shows nowhere (log, status page, metrics)."""
+"""``--streams`` over TLS only (``rediss://``, the broker's plain port off) with a password from a
+secret file and ``--workers 2``: one consumer per worker process shares the group, and the password
+shows nowhere (log, status page, metrics)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from tests.fixtures.certificates import Certificates, write_certificates
 from tests.fixtures.onnx_models import ADD_SUB_CONFIG, add_sub_model, write_repository
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
@@ -19,8 +21,13 @@ SECRET = "s3cret-for-streams-only"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis"), password=SECRET) as server:
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return write_certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis"), password=SECRET, tls=certificates) as server:
         yield server
 
 
@@ -40,7 +47,11 @@ def server(
     secret = home / "redis-password"
     secret.write_text(SECRET + "\n")
     config = write_streams_yaml(
-        home / "streams.yaml", broker.url, [stream_entry("add_sub", "auth-in")], password_file=str(secret)
+        home / "streams.yaml",
+        broker.url,
+        [stream_entry("add_sub", "auth-in")],
+        password_file=str(secret),
+        tls_ca_file=str(broker.tls.ca) if broker.tls else None,
     )
     return start_server(repository, "--streams", str(config), "--workers", "2")
 
@@ -62,5 +73,4 @@ def test_each_worker_is_a_consumer_and_the_password_shows_nowhere(
         metrics = reply.read().decode()
     for shown in (server.log(), status, metrics):
         assert SECRET not in shown
-    assert f"127.0.0.1:{broker.port}" in server.log()  # the broker is named, by address only
-
+    assert f"rediss://127.0.0.1:{broker.port}" in server.log()  # the broker is named, by address only
