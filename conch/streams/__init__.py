@@ -10,6 +10,7 @@ HTTP and gRPC requests.
 - ``broker.py``: the source and sink boundary a broker adapter fills (``redis_broker.py`` for Redis
   Streams; a Kafka adapter would be another module of the same shape);
 - ``consumer.py``: the loop that reads, infers, writes, and acknowledges only what was written;
+  ``window.py``: how many of its records may be inside the model at once;
 - ``state.py`` and ``metrics.py``: each stream's figures, for Prometheus and the status page;
 - ``service.py``: the consumers of one server process, started and stopped with it.
 
