@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.kinds import BackendKind, backend_kind, infer_backend
 from conch.backends.onnxruntime import open_session, read_signature
 from conch.backends.signature import ModelSignature
+from conch.core.contracts import CONTRACT_FILENAME
 from conch.core.errors import ConchError
 from conch.exporting.errors import ExportError
 from conch.exporting.samples import graph_feeds, read_sample_file
@@ -38,11 +39,13 @@ QUANTIZATION_RECORD = "quantization.json"
 
 def is_model_file(path: Path, graph: Path | None = None) -> bool:
     """Whether ``path`` in a version folder is part of the model (the graph, external weights), not a
-    record conch writes beside it (``metadata.json`` and other JSON, the classes' ``*_labels.txt``)."""
+    record conch writes beside it (``metadata.json`` and other JSON, the classes' ``*_labels.txt``,
+    the data contract)."""
     return (
         path.is_file()
         and path != graph
         and path.suffix != ".json"
+        and path.name != CONTRACT_FILENAME
         and not path.name.endswith("_labels.txt")
     )
 

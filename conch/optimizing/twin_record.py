@@ -6,6 +6,8 @@
   entries are appended to the operator's file, comments and layout kept; a config that already
   names a twin is rewritten from its parsed form, since text cannot be edited in place safely.
 - ``<twin>/quantization.json`` says how the twin was made and what it was measured at.
+- ``<twin>/contract.yaml``, a copy of the fp32 version's data contract: the twin takes the same
+  inputs, so a request routed to it is checked the same way.
 - ``<twin>/metadata.json``, when the fp32 version has one (``conch export`` wrote it): the same
   description with the twin's number, files and checksums, and the quantization under ``extra``.
 """
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from conch.core.contracts import CONTRACT_FILENAME
 from conch.optimizing.source import QUANTIZATION_RECORD
 from conch.packaging.metadata import (
     MetadataError,
@@ -66,6 +70,8 @@ def write_records(
     ``staged_model_dir`` holds the config and warm-up the twin is placed with, for the checksums.
     """
     (version_dir / QUANTIZATION_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if (source_dir / CONTRACT_FILENAME).is_file():
+        shutil.copy2(source_dir / CONTRACT_FILENAME, version_dir / CONTRACT_FILENAME)
     try:
         source = read_metadata(source_dir)
     except MetadataError:

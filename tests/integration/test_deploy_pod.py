@@ -32,6 +32,18 @@ def read(path: Path) -> dict[str, Any]:
     return document
 
 
+def pod_environment(spec: dict[str, Any], fs: Path) -> dict[str, str]:
+    """The container's environment with its absolute paths moved under ``fs``, and the folders of the
+    pod's emptyDir volumes made there, as the kubelet makes them before the container starts."""
+    conch = spec["containers"][0]
+    empty = {volume["name"] for volume in spec.get("volumes", []) if "emptyDir" in volume}
+    for mount in conch["volumeMounts"]:
+        if mount["name"] in empty:
+            (fs / mount["mountPath"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+    env = {item["name"]: item["value"] for item in conch["env"]}
+    return {name: str(fs / value.lstrip("/")) if value.startswith("/") else value for name, value in env.items()}
+
+
 @pytest.fixture(scope="module")
 def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("pod")
@@ -51,11 +63,7 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProces
             (image_models / Path(mount["mountPath"]).relative_to("/models")).write_text(
                 releases[mount["subPath"]]
             )
-    env = {item["name"]: item["value"] for item in conch["env"]}
-    env = {
-        name: str(root / "fs" / value.lstrip("/")) if value.startswith("/") else value
-        for name, value in env.items()
-    }
+    env = pod_environment(spec, root / "fs")
     assert conch["args"] == ["serve", "/models"]
     server = ServerProcess(image_models, env=env).start(root)
     yield server, conch | {"terminationGracePeriodSeconds": spec["terminationGracePeriodSeconds"]}
@@ -103,7 +111,8 @@ def test_sigterm_turns_not_ready_then_exits_within_the_grace_period(
 def test_a_pod_with_a_tls_secret_serves_https_and_its_probes_answer(tmp_path: Path) -> None:
     out = tmp_path / "manifests"
     assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out), "--tls-secret", "conch-tls"]) == 0
-    conch = read(out / "deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    spec = read(out / "deployment.yaml")["spec"]["template"]["spec"]
+    conch = spec["containers"][0]
     fs = tmp_path / "fs"
     # The Secret's keys, where its volume mounts them (kubectl create secret tls: tls.crt, tls.key).
     mount = next(m["mountPath"] for m in conch["volumeMounts"] if m["name"] == "tls")
@@ -112,10 +121,7 @@ def test_a_pod_with_a_tls_secret_serves_https_and_its_probes_answer(tmp_path: Pa
     secret.mkdir(parents=True)
     shutil.copy(made.server_cert, secret / "tls.crt")
     shutil.copy(made.server_key, secret / "tls.key")
-    env = {item["name"]: item["value"] for item in conch["env"]}
-    env = {
-        name: str(fs / value.lstrip("/")) if value.startswith("/") else value for name, value in env.items()
-    }
+    env = pod_environment(spec, fs)
     # The kubelet's HTTPS probes do not check the certificate; neither does this one.
     kubelet = ssl.create_default_context()
     kubelet.check_hostname, kubelet.verify_mode = False, ssl.CERT_NONE

@@ -126,6 +126,10 @@ def test_mlp_dynamic_int8_on_the_warm_up_rows(exported: Path, tmp_path: Path) ->
     assert record["figures"]["agreement"] == report["agreement"]
     metadata = json.loads((model_dir / "2" / "metadata.json").read_text())
     assert metadata["version"] == 2 and metadata["extra"]["quantization"] == record
+    # The twin takes the same inputs: it carries the fp32 version's data contract, under its checksums.
+    contract = (model_dir / "2" / "contract.yaml").read_text()
+    assert contract == (model_dir / "1" / "contract.yaml").read_text() and "fields:" in contract
+    assert "contract.yaml" in metadata["files"]
 
 
 def test_mlp_static_int8_on_calibration_rows(exported: Path, tmp_path: Path) -> None:
