@@ -39,11 +39,15 @@ def kill_and_restart(
     row: dict[str, Any],
 ) -> Tally:
     """Pre-fill ``records``; SIGKILL the server ``kills`` times while it answers, each time starting a
-    new one, which claims the dead one's pending entries once they are idle; tally once all are answered."""
+    new one, which claims the dead one's pending entries once they are idle; tally once all are answered.
+
+    The kills fall in the first half of the records, so that on a loaded machine, where the poll for
+    the answered count can lag by a second, each kill still lands while records are left to answer.
+    """
     sent = produce(client, stream, records, row)
     server = start()
     for kill in range(1, kills + 1):
-        goal = records * kill // (kills + 1)
+        goal = records * kill // (2 * (kills + 1))
         wait_until(lambda goal=goal: answered(client, results, dead_letter) >= goal, 120, f"{goal} answers")
         server.stop(signal.SIGKILL)
         server = start()
