@@ -41,7 +41,9 @@ def pod_environment(spec: dict[str, Any], fs: Path) -> dict[str, str]:
         if mount["name"] in empty:
             (fs / mount["mountPath"].lstrip("/")).mkdir(parents=True, exist_ok=True)
     env = {item["name"]: item["value"] for item in conch["env"]}
-    return {name: str(fs / value.lstrip("/")) if value.startswith("/") else value for name, value in env.items()}
+    return {
+        name: str(fs / value.lstrip("/")) if value.startswith("/") else value for name, value in env.items()
+    }
 
 
 @pytest.fixture(scope="module")
