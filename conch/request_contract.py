@@ -1,9 +1,10 @@
 """What a served version's data contract and a request's data lineage decide, and what they report.
 
 The request checks and the contract rules live in :mod:`conch.core`; this module holds them to the
-version a request was routed to, counts what they found (:mod:`conch.observability.contract_metrics`)
-and adds the answer's ``filled`` parameter, freshness and trace attributes. A version without a
-contract, asked without lineage parameters, costs one ``is None`` check and one empty-dict test.
+version a request was routed to, makes the request its scheduler runs, counts what the checks found
+(:mod:`conch.observability.contract_metrics`) and adds the answer's ``filled`` parameter, freshness
+and trace attributes. A version without a contract, asked without lineage parameters, costs one
+``is None`` check and one empty-dict test.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from conch.core.contract_enforcement import (
 )
 from conch.core.data_lineage import Lineage, lineage_of
 from conch.core.request_validation import validate_contracted_request, validate_request
+from conch.core.response_stream import ResponseStream
 from conch.core.types import InferenceRequest
 from conch.observability.contract_metrics import FIGURES
 from conch.repository.model import ModelVersion
+from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
+from conch.scheduling.sequence_rules import refuse_sequence_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,32 @@ def checked_inputs(
         raise
     FIGURES.outcome(request.model_name, str(served.version), outcome)
     return inputs, output_names, ContractCheck(outcome, lineage)
+
+
+def scheduled_request(
+    request: InferenceRequest,
+    served: ModelVersion,
+    in_flight: RequestsInFlight,
+    stream: ResponseStream | None = None,
+) -> tuple[ScheduledRequest, ContractCheck | None]:
+    """The request checked against its version's config and contract, as its scheduler takes it, and
+    what the checks add to the answer."""
+    inputs, output_names, checked = checked_inputs(request, served)
+    config, parameters = served.config, request.parameters
+    if "sequence_id" in parameters and not config.HasField("sequence_batching"):
+        refuse_sequence_parameters(parameters, request.model_name)
+    rows = request.batch_size(config.max_batch_size > 0)
+    scheduled = ScheduledRequest(
+        inputs,
+        output_names,
+        rows,
+        parameters,
+        in_flight=in_flight,
+        id=request.id,
+        stream=stream,
+        trace=request.trace,
+    )
+    return scheduled, checked
 
 
 def answer_parameters(

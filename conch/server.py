@@ -14,7 +14,6 @@ from typing import Any
 
 from conch import __version__
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
-from conch.core.request_validation import validate_request
 from conch.core.response_stream import ResponseStream
 from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
@@ -26,12 +25,11 @@ from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
 from conch.repository.model import ModelVersion
 from conch.repository.model_repository import ModelRepository
-from conch.request_contract import ContractCheck, answer_parameters, checked_inputs
+from conch.request_contract import answer_parameters, scheduled_request
 from conch.router.fallback import business_answer, is_device_error
 from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
-from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
-from conch.scheduling.sequence_rules import refuse_sequence_parameters
+from conch.scheduling.scheduler import RequestsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +277,7 @@ class InferenceServer:
         self.in_flight.enter()
         error: Exception | None = None
         try:
-            scheduled, checked = self._scheduled(request, served)
+            scheduled, checked = scheduled_request(request, served, self.in_flight)
             assert served.scheduler is not None
             try:
                 outputs = await served.scheduler.schedule(scheduled)
@@ -322,30 +320,6 @@ class InferenceServer:
             compute_ns=elapsed - queue_ns,
         )
 
-    def _scheduled(
-        self, request: InferenceRequest, served: ModelVersion, stream: ResponseStream | None = None
-    ) -> tuple[ScheduledRequest, ContractCheck | None]:
-        """The request checked against its version's config and contract, and what they add to the answer."""
-        config, parameters, rules = served.config, request.parameters, served.request_rules
-        checked = None
-        if served.contract is None and not parameters:  # the usual case: the config's checks alone
-            inputs, output_names = validate_request(request, config, served.max_batch_size_completed, rules)
-        else:
-            inputs, output_names, checked = checked_inputs(request, served)
-        if "sequence_id" in parameters and not config.HasField("sequence_batching"):
-            refuse_sequence_parameters(parameters, request.model_name)
-        rows = request.batch_size(config.max_batch_size > 0)
-        return ScheduledRequest(
-            inputs,
-            output_names,
-            rows,
-            parameters,
-            in_flight=self.in_flight,
-            id=request.id,
-            stream=stream,
-            trace=request.trace,
-        ), checked
-
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether requests for ``name`` go to a decoupled model (answered by :meth:`infer_stream`)."""
         model = self.repository.models.get(name)
@@ -376,7 +350,7 @@ class InferenceServer:
         self.in_flight.enter()
         try:
             stream = ResponseStream()
-            scheduled, _ = self._scheduled(request, served, stream)
+            scheduled, _ = scheduled_request(request, served, self.in_flight, stream)
             assert served.scheduler is not None
             await served.scheduler.schedule(scheduled)
             async for outputs in stream:

@@ -14,7 +14,7 @@ import socket
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,21 +23,15 @@ import uvloop
 from prometheus_client.registry import Collector
 
 from conch import garbage_collection
-from conch.backends.python.backend_config import BackendSetting
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
-from conch.core.tensor_limits import TensorLimits
-from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES, GrpcConnectionLimits
 from conch.frontends.grpc.grpc_server import create_grpc_server
 from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.http.app import HttpFrontend
-from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.server import HttpServer
-from conch.frontends.tls import TlsSettings
-from conch.gateway.gateway import GatewaySettings
 from conch.gateway.server_sources import gateway_for
 from conch.lifecycle.backend_builders import register_backend_builders
-from conch.lifecycle.deep_health import DeepHealth, DeepHealthSettings
+from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.drain import drain
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
@@ -48,91 +42,26 @@ from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollector, RequestCodesCollector
-from conch.observability.inference_log import RequestLogSettings, open_audit_log, open_inference_log
+from conch.observability.inference_log import open_audit_log, open_inference_log
 from conch.observability.metrics import create_registry
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.statistics import ModelStatistics
-from conch.observability.tracing import TraceSettings
 from conch.release import runner as release_runner
 from conch.repository.model_repository import ModelRepository
-from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
+from conch.router.circuit_breaker import CircuitBreaker
 from conch.router.strategy import parse_strategy
 from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendStartError, frontends_for
+from conch.serve_settings import ServeSettings
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling
-from conch.streams.config import StreamsConfig
 from conch.usable_cores import usable_cores
 
 if TYPE_CHECKING:
     from conch.streams.service import StreamService
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """Everything ``conch serve`` takes, from flags or ``CONCH_*`` variables."""
-
-    repository: Path
-    host: str = "0.0.0.0"
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
-    strict_readiness: bool = True
-    server_name: str = "conch"
-    default_max_batch_size: int = 4
-    workers: int = 1
-    #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them;
-    #: None: as many as the cores allow (``conch.runtime.frontend_count``).
-    frontends: int | None = 0
-    grpc_relay: bool = False
-    busy_poll_us: int = 1000
-    grpc_acceptors: int = DEFAULT_ACCEPTORS
-    model_control_mode: str = "none"
-    repository_poll_secs: float = 15.0
-    load_models: tuple[str, ...] = ()
-    exit_timeout_secs: float = 30.0
-    health_probe_timeout_ms: int = 1000
-    health_max_memory_ratio: float = 0.95
-    health_max_gpu_memory_ratio: float = 0.90
-    health_cache_secs: float = 5
-    circuit_breaker: bool = False
-    circuit_breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
-    fallback_strategy: str = ""
-    state_dir: str = ""
-    #: The store every replica shares for rejected, promoted and re-admitted versions (empty: default).
-    release_store: str = ""
-    release_store_poll_secs: float = 5.0
-    #: ``--backend-config`` entries (the Python backend's shared memory sizes).
-    backend_config: tuple[BackendSetting, ...] = ()
-    #: Auth, restricted APIs, client rate limits and the in-flight cap (all off by default).
-    gateway: GatewaySettings = field(default_factory=GatewaySettings)
-    #: Where OpenTelemetry traces go and how many (off by default; see conch.observability.tracing).
-    tracing: TraceSettings = field(default_factory=TraceSettings)
-    #: The ``--http-*`` limits, the tensor element caps and ``--grpc-max-message-bytes``.
-    http_limits: HttpLimits = field(default_factory=HttpLimits)
-    tensor_limits: TensorLimits = field(default_factory=TensorLimits)
-    grpc_max_message_bytes: int = MAX_MESSAGE_BYTES
-    #: Streams per gRPC connection, keepalive and connection age (``--grpc-*`` limits).
-    grpc_connection_limits: GrpcConnectionLimits = field(default_factory=GrpcConnectionLimits)
-    #: A record per inference, the audit sample and the access log (off by default).
-    request_log: RequestLogSettings = field(default_factory=RequestLogSettings)
-    #: TLS on the HTTP and gRPC ports (off by default; see conch.frontends.tls).
-    tls: TlsSettings = field(default_factory=TlsSettings)
-    #: ``--streams``: models fed from a broker's streams (None: none; see conch.streams).
-    streams: StreamsConfig | None = None
-
-    @property
-    def deep_health(self) -> DeepHealthSettings:
-        """The ``--health-*`` flags as :class:`DeepHealthSettings`."""
-        return DeepHealthSettings(
-            probe_timeout_ms=self.health_probe_timeout_ms,
-            max_memory_ratio=self.health_max_memory_ratio,
-            max_gpu_memory_ratio=self.health_max_gpu_memory_ratio,
-            cache_secs=self.health_cache_secs,
-        )
 
 
 def embedded_repository() -> Path:

@@ -38,7 +38,8 @@ from conch.observability.exposition import metrics_app
 from conch.observability.metrics import create_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.repository.config import parse_config
-from conch.serving import ServeError, ServeSettings, WorkerLink, listen, run
+from conch.serve_settings import ServeSettings
+from conch.serving import ServeError, WorkerLink, listen, run
 
 log = logging.getLogger(__name__)
 

@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prefer_iomgr_listener()
     from conch import serving
+    from conch.serve_settings import ServeSettings
 
     if args.repository.startswith("s3://"):
         from conch.repository.object_cache import ObjectStoreRepository
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 2
-    settings = serving.ServeSettings(
+    settings = ServeSettings(
         repository=repository,
         host=args.host,
         http_port=args.http_port,

@@ -27,6 +27,7 @@ from conch.backends.placement import Placement, instance_placements
 from conch.core.contracts import read_contract
 from conch.core.errors import ConchError, NotFoundError, UnavailableError
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
+from conch.lifecycle.gpu_fallback import ONNX_WITHOUT_CUDA, gpu_instances_on_cpu
 from conch.lifecycle.rejected_versions import RejectedVersion, rejected_note, still_rejected
 from conch.observability.events import emit
 from conch.observability.model_loads import record_load
@@ -45,7 +46,6 @@ from conch.router.circuit_breaker import (
 from conch.router.fallback import (
     FallbackPolicy,
     FallbackReason,
-    mark_cpu_fallback,
     policy_from_config,
     strategy_from_config,
 )
@@ -357,30 +357,6 @@ class ModelLoader:
         return CircuitBreaker(settings, on_transition=report)
 
 
-#: Why an ONNX model's KIND_GPU instances cannot run on a GPU here, and the backend's own way out.
-ONNX_WITHOUT_CUDA = (
-    "this ONNX Runtime has no CUDA provider",
-    "install onnxruntime-gpu on a machine with a GPU",
-)
-
-
-def gpu_instances_on_cpu(
-    version: ModelVersion, wanted_gpus: int, policy: FallbackPolicy | None, why: tuple[str, str]
-) -> None:
-    """KIND_GPU without CUDA: the CPU fallback when the strategy allows it, else a failed load.
-
-    ``why``: what the backend lacks and how to get it, for the reason of the failed load.
-    """
-    if policy is None or not policy.allows(FallbackLevel.CPU):
-        missing, remedy = why
-        raise UnavailableError(
-            f"the config asks for {wanted_gpus} KIND_GPU instance(s) but {missing}: {remedy}, use KIND_CPU, "
-            "or add CPU to FALLBACK_STRATEGY to run on the CPU instead"
-        )
-    version.statistics.gpu_fallback_instances = wanted_gpus
-    mark_cpu_fallback(version, FallbackReason.GPU_UNAVAILABLE, gpu_instances=wanted_gpus)
-
-
 def _close_new(model: Model, previous: Model | None) -> None:
     """A model refused after its versions were built: stop what this load started, serve nothing new."""
     kept = {id(v) for v in previous.versions.values()} if previous else set()
@@ -406,4 +382,3 @@ def _unchanged(previous: Model | None, number: int, text: str, fingerprint: str)
     if version is None or not version.ready or version.fingerprint != fingerprint:
         return None
     return version
-

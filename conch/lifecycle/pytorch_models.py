@@ -31,7 +31,8 @@ from conch.backends.pytorch.instance import PyTorchInstance
 from conch.backends.pytorch.options import PyTorchOptions, options_from_config
 from conch.backends.pytorch.program import EXPORT_SUFFIX, Program, import_torch, load_program
 from conch.core.errors import NotFoundError, UnavailableError
-from conch.lifecycle.loader import LoadOptions, gpu_instances_on_cpu
+from conch.lifecycle.gpu_fallback import gpu_instances_on_cpu
+from conch.lifecycle.loader import LoadOptions
 from conch.observability.model_loads import record_load_phase
 from conch.repository.model import ModelVersion
 from conch.repository.warmup import run_warmup

@@ -18,9 +18,8 @@ twin so). The four checks, once both versions have ``min_requests`` answers:
   the limit.
 
 Before ``min_requests`` no check can fail: a handful of answers says nothing. A check without data
-(no comparison yet, no successful answer to time) is pending, not failed.
-
-Latencies go into a :class:`~conch.release.latency_sketch.LatencySketch` (quantiles within 0.5%).
+(no comparison yet, no successful answer to time) is pending, not failed. Latencies go into a
+:class:`~conch.release.latency_sketch.LatencySketch` (quantiles within 0.5%).
 """
 
 from __future__ import annotations
