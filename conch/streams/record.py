@@ -15,7 +15,6 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ import orjson
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import codecs, datatypes
+from conch.core.data_lineage import parse_timestamp
 from conch.core.errors import ConchError, InvalidArgumentError, NotFoundError, did_you_mean
 from conch.core.input_aliases import input_aliases
 from conch.core.reserved_parameters import BINARY_DATA_OUTPUT
@@ -91,7 +91,8 @@ def decode_record(
     parameters: dict[str, Any] = {name: carried[name] for name in ("id", "data_version") if name in carried}
     ingested_s = entry_seconds(entry_id)
     if "ingestion_timestamp" in carried:
-        ingested_s, parameters["ingestion_timestamp"] = parse_timestamp(carried["ingestion_timestamp"])
+        ingested_s = record_timestamp(carried["ingestion_timestamp"])
+        parameters["ingestion_timestamp"] = carried["ingestion_timestamp"]
     data = fields.get(b"data")
     if data is None:
         raise RecordRefused(MALFORMED, "record has no 'data' field: put the row's JSON object in 'data'")
@@ -163,27 +164,16 @@ def entry_seconds(entry_id: str) -> float:
     return int(millis) / 1000 if millis.isdigit() else time.time()
 
 
-def parse_timestamp(text: str) -> tuple[float, str | float]:
-    """``ingestion_timestamp`` as Unix seconds, and the value the request parameter carries."""
+def record_timestamp(text: str) -> float:
+    """A record's ``ingestion_timestamp`` as Unix seconds, read as the request parameter is read."""
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds) or seconds < 0:
-            raise RecordRefused(MALFORMED, "ingestion_timestamp must be a time: Unix seconds or RFC 3339")
-        return seconds, seconds
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+        return parse_timestamp(text)
+    except InvalidArgumentError:
         raise RecordRefused(
             MALFORMED,
-            f"ingestion_timestamp '{text[:40]}' is neither Unix seconds nor RFC 3339 "
-            "(such as 2026-01-31T12:00:00Z)",
+            f"ingestion_timestamp '{text[:40]}' is neither Unix seconds nor RFC 3339 with an offset "
+            "(such as 2026-01-31T12:00:00Z or 1769860800)",
         ) from None
-    if moment.tzinfo is None:
-        raise RecordRefused(MALFORMED, "ingestion_timestamp needs an offset (Z or +01:00), as RFC 3339 says")
-    return moment.timestamp(), text
 
 
 def refusal_of(exc: ConchError) -> RecordRefused:
