@@ -273,14 +273,16 @@ def test_a_candidate_that_disagrees_on_most_traffic_is_rolled_back_by_both_repli
         assert status["weights"] == {"1": 100, "2": 0}
         page = scrape(replica.server.metrics_url)
         assert page.value("conch_release_rollbacks_total", model="disagreeing") == 1
-    # Locally A would read 0 and B 1; both read the share of B's agreeing requests in all of them.
-    # Each replica judges at its own moment, on Prometheus's counters as of its last scrape, so a
-    # few seconds of traffic lie between their figures (0.25 against 0.30 seen on a loaded machine):
-    # a tenth apart is still nowhere near the local readings, a whole 1.0 apart.
+    # Locally A would read 0 and B 1; both read Prometheus's sum over the two replicas instead.
+    # Each replica judges at its own moment, on the counters as of the last scrape, so a few seconds
+    # of traffic lie between their figures (0.25 against 0.30 seen on a loaded machine): a tenth
+    # apart is still nowhere near the local readings, a whole 1.0 apart. The scrapes lag the traffic
+    # and never lead it: on a loaded machine both replicas rolled back on 0.0 before B's agreeing
+    # counts were scraped, with B's share of the run at 0.26. So a figure is at most that share.
     assert a["agreement"] is not None and b["agreement"] is not None
     assert abs(a["agreement"] - b["agreement"]) <= 0.1, (a, b)
     for agreement in (a["agreement"], b["agreement"]):
-        assert abs(agreement - share_b) <= 0.1, (agreement, share_b)
+        assert agreement <= share_b + 0.1, (agreement, share_b)
     assert a["error_rate_increase"] == b["error_rate_increase"] == 0
     assert_p95_alike(a["p95_increase"], b["p95_increase"])
 
