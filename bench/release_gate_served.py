@@ -6,7 +6,8 @@ copies and timings give the same decisions. Each case starts a poll-mode server 
 version 1, declares the release (10% for 2m, 50% with shadow for 1m, 100%, no ``gate:``), installs
 version 2 as ``conch install`` does (one rename), and drives 16 client threads (half HTTP, half gRPC)
 until the release is decided: promoted, rolled back or paused. ``--repeats N`` releases each case N
-times, each on a fresh server, and ends with how many went the right way.
+times in rounds (one of each case per round), each on a fresh server, writes the report after every
+release, and ends with how many went the right way.
 
 The models take FP32 ``INPUT0`` [N, 4] of uniform values and answer ``OUTPUT0`` = ``INPUT0``, a 4-way
 score whose argmax is the prediction, after ``layers`` [512, 512] matrix products whose result is
@@ -158,11 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds a release may take")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
-    results = []
+    results: list[dict[str, Any]] = []
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = args.out / f"{stamp}-release-gate-served.json"
     with tempfile.TemporaryDirectory() as scratch:
-        for repeat, name in ((r, n) for n in args.cases for r in range(args.repeats)):
-            found = run_case(name, Path(scratch) / str(repeat), args.timeout)
+        for repeat, name in ((r, n) for r in range(args.repeats) for n in args.cases):
+            found = run_case(name, Path(scratch) / f"{repeat}-{name}", args.timeout)
             results.append(found)
+            report.write_text(json.dumps(results, indent=1) + "\n")
             print(
                 f"{name} #{repeat + 1}: {found['state']} ({'right' if found['right_way'] else 'WRONG'}) "
                 f"{found['decided_after_s']} s after start, step {found['step']}, candidate "
@@ -180,9 +185,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: {right} of {len(runs)} the right way ({CASES[name][2]}); decided after "
             f"{times[len(times) // 2]} s (median), {times[-1]} s (worst)"
         )
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M%S")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stamp}-release-gate-served.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0 if all(found["right_way"] for found in results) else 1
 
 
