@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 from prometheus_client.registry import Collector
@@ -43,9 +43,9 @@ from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
 from conch.observability.gateway_metrics import AnswerCodes, RateLimitedCollector, RequestCodesCollector
 from conch.observability.inference_log import open_audit_log, open_inference_log
-from conch.observability.metrics import create_registry
+from conch.observability.metrics import create_registry, process_collectors
 from conch.observability.release_metrics import ReleaseCollector
-from conch.observability.statistics import ModelStatistics
+from conch.observability.worker_families import own_families
 from conch.release import runner as release_runner
 from conch.repository.model_repository import ModelRepository
 from conch.router.circuit_breaker import CircuitBreaker
@@ -192,11 +192,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     servers = [] if frontends else [HttpServer(http_app, settings.http_limits, access, settings.tls.http)]
     tasks = [] if gateway is None else [asyncio.create_task(gateway.keep_keys_fresh())]
     tasks.append(asyncio.create_task(keep_sampling(server)))  # the status page's recent traffic
+    collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
+    collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
+    if streams is not None:
+        collectors.append(streams.collector())
     if worker is None:
-        collectors = [*routing_collectors(server), CUSTOM_METRICS, RequestCodesCollector(codes)]
-        collectors.append(RateLimitedCollector(gateway.rate_limited if gateway else Counter()))
-        if streams is not None:
-            collectors.append(streams.collector())
         registry = create_registry(server.all_statistics, server.repository_index, collectors)
         servers.append(HttpServer(metrics_app(registry), settings.http_limits, access))
     else:
@@ -205,7 +205,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             "system shared memory cannot be registered with --workers above 1: each worker process "
             "would hold its own regions; serve with --workers 1, or with --frontends N for more cores"
         )
-        tasks.append(asyncio.create_task(worker.statistics_requests.answer(_own_statistics(server))))
+        own = process_collectors(server.repository_index, collectors)
+        tasks.append(asyncio.create_task(worker.statistics_requests.answer(_worker_answers(server, own))))
     if access:
         enable_access_log()
     if grpc_server is not None:
@@ -317,9 +318,11 @@ def control_settings(settings: ServeSettings) -> ControlSettings:
     )
 
 
-def _own_statistics(server: InferenceServer) -> Callable[[object], Awaitable[list[ModelStatistics]]]:
-    async def respond(_question: object) -> list[ModelStatistics]:
-        return server.all_statistics()
+def _worker_answers(server: InferenceServer, own: list[Collector]) -> Callable[[object], Awaitable[Any]]:
+    """A worker's answers to the supervisor: its statistics, or (asked ``"families"``) its own families."""
+
+    async def respond(question: object) -> Any:
+        return own_families(own) if question == "families" else server.all_statistics()
 
     return respond
 

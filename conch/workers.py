@@ -6,9 +6,10 @@ the repository and serve HTTP and gRPC; the kernel spreads connections over them
 shared listening socket, gRPC through ``SO_REUSEPORT``). Batching happens within each worker.
 
 The supervisor serves the metrics port: at each scrape it asks every worker for its statistics and
-sums them, so Prometheus sees one server. A worker asked for ``/v2/models/stats`` gets the same sum
-through the supervisor. If a worker dies, the supervisor stops the others and exits with an error,
-so an orchestrator restarts the whole server.
+its own families (contracts, streams, circuit breakers, releases...) and merges them
+(:mod:`conch.observability.worker_families`), so Prometheus sees one server. A worker asked for
+``/v2/models/stats`` gets the same sum through the supervisor. If a worker dies, the supervisor
+stops the others and exits with an error, so an orchestrator restarts the whole server.
 
 Models with ``sequence_batching`` are refused before any worker starts: a sequence's slot and state
 live in the process that took its first request, while the kernel may send its next request, on
@@ -30,13 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from prometheus_client.core import Metric
 
 from conch.control_channel import ControlChannel
 from conch.core.errors import ConchError
 from conch.frontends.http.server import HttpServer
 from conch.observability.exposition import metrics_app
-from conch.observability.metrics import create_registry
+from conch.observability.metrics import supervisor_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
+from conch.observability.worker_families import MergedFamilies, merge_families
 from conch.repository.config import parse_config
 from conch.serve_settings import ServeSettings
 from conch.serving import ServeError, WorkerLink, listen, run
@@ -122,8 +125,11 @@ async def _supervise(
         groups = await asyncio.gather(*(ask.ask("statistics") for ask, _ in channels))
         return merge_statistics(groups)
 
+    async def gather_families() -> list[Metric]:
+        return merge_families(await asyncio.gather(*(ask.ask("families") for ask, _ in channels)))
+
     tasks = [asyncio.create_task(answer.answer(gather_statistics)) for _, answer in channels]
-    metrics = HttpServer(_summed_metrics_app(gather_statistics))
+    metrics = HttpServer(_summed_metrics_app(gather_statistics, gather_families))
     tasks.append(asyncio.create_task(metrics.serve(sockets=[metrics_socket])))
     code = 0
     while not stopping.is_set():
@@ -161,14 +167,18 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _summed_metrics_app(gather: Callable[[], Awaitable[list[ModelStatistics]]]) -> Any:
-    """The metrics app over every worker's statistics, summed afresh at each scrape."""
+def _summed_metrics_app(
+    statistics: Callable[[], Awaitable[list[ModelStatistics]]],
+    families: Callable[[], Awaitable[list[Metric]]],
+) -> Any:
+    """The metrics app over every worker's statistics and own families, merged afresh at each scrape."""
     snapshot: list[ModelStatistics] = []
-    exposition = metrics_app(create_registry(lambda: snapshot))
+    merged: list[Metric] = []
+    exposition = metrics_app(supervisor_registry(lambda: snapshot, MergedFamilies(lambda: merged)))
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            snapshot[:] = await gather()
+            snapshot[:], merged[:] = await asyncio.gather(statistics(), families())
         await exposition(scope, receive, send)
 
     return app

@@ -146,18 +146,36 @@ def create_registry(
     index: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
     more: Iterable[Collector] = (),
 ) -> CollectorRegistry:
-    """A registry with the inference statistics, model loads, host and GPU gauges, and the process's
-    own figures; with ``index`` (the repository index, read at each scrape) also each version's
-    readiness."""
+    """A registry with the inference statistics, host gauges, the process's own figures
+    (:func:`process_collectors`) and its CPU and memory."""
+    return _registry(statistics, process_collectors(index, more))
+
+
+def supervisor_registry(
+    statistics: Callable[[], Iterable[ModelStatistics]], workers: Collector
+) -> CollectorRegistry:
+    """The ``--workers`` supervisor's registry: the summed statistics and ``workers``' merged families
+    (:mod:`conch.observability.worker_families`) in place of its own."""
+    return _registry(statistics, [workers])
+
+
+def process_collectors(
+    index: Callable[[], Iterable[Mapping[str, Any]]] | None = None, more: Iterable[Collector] = ()
+) -> list[Collector]:
+    """The families a serving process owns: model loads, contracts, ``more`` (circuit breakers,
+    fallbacks, releases, streams...), GPU allocators; with ``index`` (the repository index, read at
+    each scrape) also each version's readiness."""
+    readiness: list[Collector] = [] if index is None else [ModelReadinessCollector(index)]
+    return [*readiness, ModelLoadCollector(), ContractCollector(), *more, GpuAllocatorCollector()]
+
+
+def _registry(
+    statistics: Callable[[], Iterable[ModelStatistics]], own: Iterable[Collector]
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(InferenceStatisticsCollector(statistics))
-    if index is not None:
-        registry.register(ModelReadinessCollector(index))
-    registry.register(ModelLoadCollector())
-    registry.register(ContractCollector())
-    for collector in more:  # the serving process's own: circuit breakers and fallbacks
+    for collector in own:
         registry.register(collector)
     registry.register(HostCollector())
-    registry.register(GpuAllocatorCollector())
     ProcessCollector(registry=registry)
     return registry

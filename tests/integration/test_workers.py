@@ -76,8 +76,10 @@ def rows(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).random((2, 16), dtype=np.float32)
 
 
-def http_call(server: ServerProcess, seed: int, workers: list[int]) -> int:
-    """One request on a new HTTP connection; the worker that answered it."""
+def http_call(
+    server: ServerProcess, seed: int, workers: list[int], headers: dict[str, str] | None = None
+) -> int:
+    """One request (with ``headers``) on a new HTTP connection; the worker that answered it."""
     a = rows(seed)
     body = {
         "inputs": [
@@ -87,7 +89,7 @@ def http_call(server: ServerProcess, seed: int, workers: list[int]) -> int:
     }
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
     try:
-        connection.request("POST", "/v2/models/add-sub/infer", json.dumps(body))
+        connection.request("POST", "/v2/models/add-sub/infer", json.dumps(body), headers or {})
         reply = connection.getresponse()
         answer = json.loads(reply.read())
         assert reply.status == 200, answer
@@ -133,6 +135,30 @@ def test_both_workers_answer_both_protocols_and_their_statistics_add_up(server: 
     assert stats["model_stats"][0]["inference_count"] == 4 * sent
     assert families.value("nv_inference_request_success", model="add-sub") == 2 * sent
     assert families.value("nv_inference_count", model="add-sub") == 4 * sent
+
+
+def test_the_supervisor_page_merges_each_workers_own_families(server: ServerProcess) -> None:
+    workers = worker_pids(server)
+    before = scrape(server.metrics_url)
+    fresh = "conch_data_freshness_seconds_count"
+    earlier = before.samples(fresh, model="add-sub")
+    answered = []
+    stamp = {"conch-ingestion-timestamp": str(time.time() - 1.0)}
+    for seed in range(60):
+        answered.append(http_call(server, seed, workers, stamp))
+        if len(answered) >= 10 and set(answered) == set(workers):
+            break
+    families = scrape(server.metrics_url)
+
+    assert set(answered) == set(workers), answered
+    # Counters and histograms: one series, the sum of both workers' counts.
+    assert families.value(fresh, model="add-sub") == len(answered) + sum(s.value for s in earlier)
+    assert families.value("conch_data_freshness_seconds_sum", model="add-sub") >= len(answered)
+    assert families.value("conch_requests_total", protocol="http", code="200") >= len(answered)
+    # Gauges: one series per worker.
+    for index in ("0", "1"):
+        assert families.value("conch_model_ready", model="add-sub", version="1", worker=index) == 1
+    assert len(families.samples("conch_model_ready", model="add-sub")) == 2
 
 
 def test_sigterm_stops_the_supervisor_and_every_worker(server: ServerProcess) -> None:
