@@ -91,14 +91,15 @@ def scheduled_request(
 
 
 def answer_parameters(
-    request: InferenceRequest, checked: ContractCheck, parameters: dict[str, Any]
+    request: InferenceRequest, checked: ContractCheck, parameters: dict[str, Any], first: bool = True
 ) -> dict[str, Any]:
-    """The answer's ``parameters`` with ``filled``; its freshness recorded and put on its trace."""
+    """The answer's ``parameters`` with ``filled``; for the ``first`` answer to the request (a
+    decoupled model may send many) its freshness is recorded and put on its trace."""
     filled = None if checked.outcome is None else checked.outcome.filled_parameter()
     if filled is not None:
         parameters = {**parameters, FILLED_PARAMETER: filled}  # the route's own dict is shared
     lineage = checked.lineage
-    if lineage is None:
+    if lineage is None or not first:
         return parameters
     attributes: dict[str, Any] = {}
     if lineage.data_version is not None:

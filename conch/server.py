@@ -350,9 +350,10 @@ class InferenceServer:
         self.in_flight.enter()
         try:
             stream = ResponseStream()
-            scheduled, _ = scheduled_request(request, served, self.in_flight, stream)
+            scheduled, checked = scheduled_request(request, served, self.in_flight, stream)
             assert served.scheduler is not None
             await served.scheduler.schedule(scheduled)
+            answers = 0
             async for outputs in stream:
                 if isinstance(outputs, ConchError):
                     yield outputs
@@ -362,11 +363,14 @@ class InferenceServer:
                     continue
                 wanted = scheduled.output_names
                 names = [n for n in wanted if n in outputs] if request.outputs else list(outputs)
+                parameters = {} if checked is None else answer_parameters(request, checked, {}, answers == 0)
+                answers += 1
                 yield InferenceResponse(
                     model_name=request.model_name,
                     model_version=str(served.version),
                     id=request.id,
                     outputs=[Tensor.of(n, outputs[n]) for n in names],
+                    parameters=parameters,
                     queue_ns=scheduled.queue_ns,
                     compute_ns=time.perf_counter_ns() - started - scheduled.queue_ns,
                 )

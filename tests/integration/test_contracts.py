@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import shutil
 import time
 import urllib.request
@@ -95,6 +96,23 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("PARAMETERS", value)]))
         return responses
 """
+#: The same echo, decoupled: two responses per request through the response sender.
+ECHO_STREAM_CODE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            amount = pb_utils.get_input_tensor_by_name(request, "amount").as_numpy()
+            sender = request.get_response_sender()
+            for part in ("first", "last"):
+                value = np.array([[(part + "|" + repr(float(amount[0, 0]))).encode()]], dtype=object)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("PARAMETERS", value)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
 ECHO_CONTRACT = {
     "fields": [
         {
@@ -147,6 +165,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory, trained: tuple[pd.DataF
     broken.write_text(broken.read_text().replace("missing: impute", "missing: sometimes"))
     write_python_model(root, "echo", ECHO_CONFIG, ECHO_CODE)
     (root / "echo" / "1" / "contract.yaml").write_text(yaml.safe_dump(ECHO_CONTRACT))
+    stream_config = (
+        ECHO_CONFIG.replace('"echo"', '"echo_stream"') + "model_transaction_policy { decoupled: true }\n"
+    )
+    write_python_model(root, "echo_stream", stream_config, ECHO_STREAM_CODE)
+    (root / "echo_stream" / "1" / "contract.yaml").write_text(yaml.safe_dump(ECHO_CONTRACT))
     return root
 
 
@@ -345,3 +368,29 @@ def test_a_python_model_gets_the_lineage_parameters_and_its_contracts_default(se
     assert json.loads(parameters) == {"data_version": "v3", "ingestion_timestamp": "1769860800"}
     assert float(amount) == 5.0
     assert result.get_response().parameters["filled"].string_param == "amount"
+
+
+def test_a_decoupled_models_responses_say_what_was_filled_and_its_freshness_is_counted_once(
+    server: ServerProcess,
+) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    fresh = "conch_data_freshness_seconds_count"
+    before = metric(server, fresh, model="echo_stream")
+    stamp = str(time.time() - 3.0)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer(
+            "echo_stream", [], parameters={"data_version": "v9", "ingestion_timestamp": stamp}
+        )
+        client.async_stream_infer("echo_stream", [])  # no data_version: refused by the contract
+        got = [answers.get(timeout=30) for _ in range(3)]
+        client.stop_stream()
+
+    errors = [error for _, error in got if error is not None]
+    results = [result for result, error in got if error is None]
+    assert len(errors) == 1 and "data_version" in str(errors[0])
+    texts = [result.as_numpy("PARAMETERS").ravel()[0].decode() for result in results]
+    assert texts == ["first|5.0", "last|5.0"]
+    assert [result.get_response().parameters["filled"].string_param for result in results] == ["amount"] * 2
+    assert metric(server, fresh, model="echo_stream") == before + 1
+    assert metric(server, "conch_data_freshness_seconds_sum", model="echo_stream") >= 3.0
