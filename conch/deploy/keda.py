@@ -25,7 +25,7 @@ from conch.deploy.kubernetes import metadata
 from conch.deploy.manifests import Manifest, register
 from conch.deploy.scaling import PENDING_REQUESTS_METRIC, scale_down_behavior
 from conch.deploy.settings import DeploySettings
-from conch.deploy.streams import PASSWORD_KEY, USERNAME_KEY
+from conch.deploy.streams import CA_KEY, PASSWORD_KEY, USERNAME_KEY
 from conch.deploy.streams_file import StreamsFile
 
 API_VERSION = "keda.sh/v1alpha1"
@@ -106,18 +106,24 @@ def scaled_object(settings: DeploySettings) -> Manifest | None:
 
 
 def trigger_authentication(settings: DeploySettings) -> Manifest | None:
-    """The Secret's keys KEDA passes to the redis-streams triggers: ``password``, and ``username``
-    when the broker URL names a user."""
-    if settings.streams is None or not settings.stream_secret:
+    """The Secret's keys KEDA passes to the redis-streams triggers: ``password`` where the server reads
+    one, ``username`` when the broker URL names a user, and the CA (``ca``) where ``tls_ca_file`` names
+    one."""
+    streams = settings.streams
+    if streams is None or not settings.stream_secret:
         return None
-    keys = [PASSWORD_KEY] + ([USERNAME_KEY] if settings.streams.username else [])
+    password = bool(streams.password_env or streams.password_file)
+    keys = [(PASSWORD_KEY, PASSWORD_KEY)] if password else []
+    keys += [(USERNAME_KEY, USERNAME_KEY)] if streams.username else []
+    keys += [("ca", CA_KEY)] if streams.tls_ca_file else []
     return {
         "apiVersion": API_VERSION,
         "kind": "TriggerAuthentication",
         "metadata": metadata(settings, authentication_name(settings)),
         "spec": {
             "secretTargetRef": [
-                {"parameter": key, "name": settings.stream_secret, "key": key} for key in keys
+                {"parameter": parameter, "name": settings.stream_secret, "key": key}
+                for parameter, key in keys
             ]
         },
     }

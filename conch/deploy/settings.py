@@ -246,7 +246,7 @@ def read_deploy_file(path: Path) -> dict[str, Any]:
 
 
 def _check_stream_secret(streams: StreamsFile | None, secret: str | None) -> None:
-    """A Secret exactly when the streams file says where ``conch serve`` reads a password."""
+    """A Secret exactly when the streams file says where ``conch serve`` reads a password or a CA."""
     if streams is None:
         if secret:
             raise DeploySettingsError(
@@ -259,7 +259,13 @@ def _check_stream_secret(streams: StreamsFile | None, secret: str | None) -> Non
             f"{streams.filename} reads the broker's password from {reads}: give --stream-secret NAME, the "
             "Secret that holds it under the key 'password'"
         )
-    if secret and not reads:
+    if streams.tls_ca_file and not secret:
+        raise DeploySettingsError(
+            f"{streams.filename} reads the broker's CA from {streams.tls_ca_file}: give --stream-secret "
+            "NAME, the Secret that holds it under the key 'ca.crt' (kubectl create secret generic NAME "
+            "--from-file=ca.crt=ca.pem)"
+        )
+    if secret and not reads and not streams.tls_ca_file:
         raise DeploySettingsError(
             f"--stream-secret {secret}: {streams.filename} does not say where conch reads the password; "
             "add 'password_env: REDIS_PASSWORD' (or 'password_file: /etc/conch/redis/password') to it"

@@ -3,7 +3,8 @@ broker's password from a Secret, and a digest that rolls the pods when the file 
 
 The password reaches ``conch serve`` where the file says it reads it: the Secret's ``password`` key as
 the variable ``password_env`` names, or as the file ``password_file`` names (the Secret mounted there,
-readable by conch's group only). Never as a value in a manifest.
+readable by conch's group only). Never as a value in a manifest. A ``tls_ca_file`` is the same
+Secret's ``ca.crt`` key, mounted at that path, so the pods trust the broker the file was written for.
 
 Why a digest: conch reads the streams file when it starts, so a changed file deployed again must start
 new pods. The file's digest in the pod template's annotations changes with it, and Argo CD's sync then
@@ -27,6 +28,8 @@ STREAMS_DIGEST_ANNOTATION = "conch.dev/streams-sha256"
 #: The Secret's keys (``--stream-secret``): the broker's password, and its user's name when it has one.
 PASSWORD_KEY = "password"
 USERNAME_KEY = "username"
+#: The Secret's key holding the CA bundle of a ``rediss://`` broker (``tls_ca_file``).
+CA_KEY = "ca.crt"
 
 
 def streams_name(settings: DeploySettings) -> str:
@@ -56,10 +59,9 @@ def streams_volumes(settings: DeploySettings) -> list[dict[str, Any]]:
     if settings.streams is None:
         return []
     found: list[dict[str, Any]] = [{"name": "streams", "configMap": {"name": streams_name(settings)}}]
-    if settings.stream_secret and settings.streams.password_file:
-        item = {"key": PASSWORD_KEY, "path": PurePosixPath(settings.streams.password_file).name}
-        secret = {"secretName": settings.stream_secret, "items": [item], "defaultMode": 0o440}
-        found.append({"name": "stream-secret", "secret": secret})
+    for name, (_, items) in _secret_folders(settings).items():
+        secret = {"secretName": settings.stream_secret, "items": items, "defaultMode": 0o440}
+        found.append({"name": name, "secret": secret})
     return found
 
 
@@ -67,10 +69,28 @@ def streams_mounts(settings: DeploySettings) -> list[dict[str, Any]]:
     if settings.streams is None:
         return []
     found = [{"name": "streams", "mountPath": STREAMS_FOLDER, "readOnly": True}]
-    if settings.stream_secret and settings.streams.password_file:
-        folder = str(PurePosixPath(settings.streams.password_file).parent)
-        found.append({"name": "stream-secret", "mountPath": folder, "readOnly": True})
+    for name, (folder, _) in _secret_folders(settings).items():
+        found.append({"name": name, "mountPath": folder, "readOnly": True})
     return found
+
+
+def _secret_folders(settings: DeploySettings) -> dict[str, tuple[str, list[dict[str, str]]]]:
+    """The Secret's keys ``conch serve`` reads as files (the password, the CA), grouped by the folder
+    they are mounted in: volume name to (folder, items)."""
+    streams = settings.streams
+    if streams is None or not settings.stream_secret:
+        return {}
+    files = [(PASSWORD_KEY, streams.password_file), (CA_KEY, streams.tls_ca_file)]
+    folders: dict[str, list[dict[str, str]]] = {}
+    for key, path in files:
+        if path:
+            folders.setdefault(str(PurePosixPath(path).parent), []).append(
+                {"key": key, "path": PurePosixPath(path).name}
+            )
+    return {
+        f"stream-secret-{index}" if index else "stream-secret": folder
+        for index, folder in enumerate(folders.items())
+    }
 
 
 def unserved_stream_models(settings: DeploySettings, models: list[str]) -> list[str]:

@@ -43,6 +43,8 @@ class StreamsFile:
     #: The variable or the file ``conch serve`` reads the broker's password from; None: no password.
     password_env: str | None = None
     password_file: str | None = None
+    #: Where ``conch serve`` reads the CA bundle of a ``rediss://`` broker; None: the system CAs.
+    tls_ca_file: str | None = None
 
     @property
     def address(self) -> str:
@@ -116,12 +118,19 @@ def read_streams_file(path: Path) -> StreamsFile:
     for key, value in where.items():
         if value is not None and (not isinstance(value, str) or not value):
             raise _refuse(name, f"'{key}' must be a non-empty string")
-    if where["password_file"] and not where["password_file"].startswith("/"):
-        raise _refuse(name, "'password_file' must be an absolute path in the pod, e.g. /etc/conch/redis/pw")
+    for key, example in (
+        ("password_file", "/etc/conch/redis/pw"),
+        ("tls_ca_file", "/etc/conch/redis/ca.crt"),
+    ):
+        if document.get(key) and not str(document[key]).startswith("/"):
+            raise _refuse(name, f"'{key}' must be an absolute path in the pod, e.g. {example}")
+    ca_file = document.get("tls_ca_file") or None
+    if ca_file is not None and ca_file == where["password_file"]:
+        raise _refuse(name, "'tls_ca_file' and 'password_file' name the same file; give each its own path")
     username = document.get("username") or url_user
     return StreamsFile(
         name, text, host, port, database, tls, username, streams,
-        password_env=where["password_env"], password_file=where["password_file"],
+        password_env=where["password_env"], password_file=where["password_file"], tls_ca_file=ca_file,
     )  # fmt: skip
 
 

@@ -149,6 +149,55 @@ def test_a_password_file_is_the_secret_mounted_where_the_file_says(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
+    ("password", "ca_file", "mounts"),
+    [
+        # The password and the CA in one folder: one volume with both keys.
+        ("password_file: /etc/conch/redis/pw", "/etc/conch/redis/ca.crt",
+         {"/etc/conch/redis": [{"key": "password", "path": "pw"}, {"key": "ca.crt", "path": "ca.crt"}]}),
+        # In two folders: one volume each.
+        ("password_file: /etc/conch/redis/pw", "/etc/ssl/broker/bundle.pem",
+         {"/etc/conch/redis": [{"key": "password", "path": "pw"}],
+          "/etc/ssl/broker": [{"key": "ca.crt", "path": "bundle.pem"}]}),
+        # A password from a variable: only the CA is a file.
+        ("password_env: REDIS_PASSWORD", "/etc/ssl/broker/ca.crt",
+         {"/etc/ssl/broker": [{"key": "ca.crt", "path": "ca.crt"}]}),
+    ],
+)  # fmt: skip
+def test_a_tls_ca_file_is_the_secrets_ca_mounted_where_the_file_says_and_given_to_keda(
+    tmp_path: Path, password: str, ca_file: str, mounts: dict[str, list[dict[str, str]]]
+) -> None:
+    path = tmp_path / "streams.yaml"
+    path.write_text(STREAMS.replace("password_env: REDIS_PASSWORD", f"{password}\ntls_ca_file: {ca_file}"))
+    assert deploy(tmp_path / "out", "--streams", str(path), "--stream-secret", "redis-auth") == 0
+    deployment = read(tmp_path / "out", "deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if v["name"].startswith("stream-secret")}
+    folders = {
+        m["mountPath"]: volumes[m["name"]]["items"]
+        for m in pod["containers"][0]["volumeMounts"]
+        if m["name"].startswith("stream-secret")
+    }
+    assert folders == mounts
+    assert all(v["secretName"] == "redis-auth" and v["defaultMode"] == 0o440 for v in volumes.values())
+    kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+    auth = read(tmp_path / "out", "triggerauthentication.yaml")["spec"]["secretTargetRef"]
+    assert {"parameter": "ca", "name": "redis-auth", "key": "ca.crt"} in auth
+    assert {"parameter": "password", "name": "redis-auth", "key": "password"} in auth
+    scaled = read(tmp_path / "out", "scaledobject.yaml")["spec"]["triggers"]
+    assert all(t["metadata"]["enableTLS"] == "true" for t in scaled if t["type"] == "redis-streams")
+
+
+def test_a_ca_without_a_password_hands_keda_the_ca_only(tmp_path: Path) -> None:
+    path = tmp_path / "streams.yaml"
+    path.write_text(_file("rediss://redis:6380/0") + "tls_ca_file: /etc/ssl/broker/ca.crt\n")
+    assert deploy(tmp_path / "out", "--streams", str(path), "--stream-secret", "broker-ca") == 0
+    auth = read(tmp_path / "out", "triggerauthentication.yaml")["spec"]["secretTargetRef"]
+    assert auth == [{"parameter": "ca", "name": "broker-ca", "key": "ca.crt"}]
+    conch = read(tmp_path / "out", "deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    assert not [item for item in conch.get("env", []) if "valueFrom" in item]
+
+
+@pytest.mark.parametrize(
     ("broker", "extra"),
     [("redis://:s3cret-value@redis:6379/0", ""), ("redis://redis:6379/0", "password: s3cret-value\n")],
 )
@@ -237,6 +286,17 @@ def _file(broker: str, model: str = "iris-pipeline") -> str:
         (_file("redis://r").replace("results: out", "results: in"), [], "must differ"),
         ("broker: redis://r\nstreams: []\n", [], "'streams' must be a list with one entry"),
         (_file("redis://r") + "maxlenn: 10\n", [], "unknown key(s) ['maxlenn']"),
+        (
+            _file("rediss://r") + "tls_ca_file: /ca.pem\n",
+            [],
+            "reads the broker's CA from /ca.pem: give --stream",
+        ),
+        (_file("rediss://r") + "tls_ca_file: ca.pem\n", [], "'tls_ca_file' must be an absolute path"),
+        (
+            STREAMS.replace("password_env: REDIS_PASSWORD", "password_file: /r/x\ntls_ca_file: /r/x"),
+            ["--stream-secret", "s"],
+            "name the same file",
+        ),
     ],
 )
 def test_bad_streams_settings_exit_2_saying_what_to_fix(
