@@ -1,6 +1,7 @@
-"""Streams under faults, against a real redis-server: the broker stopped and started mid-stream,
-SIGTERM, SIGKILL and a restart, and two replicas of one group with one killed. Nothing is lost;
-duplicates come only from entries read and not yet acknowledged.
+"""Streams under faults, against a real redis-server: the broker stopped and started mid-stream, the
+broker out of memory (``maxmemory`` with ``noeviction``), SIGTERM, SIGKILL and a restart, and two
+replicas of one group with one killed. Nothing is lost; duplicates come only from entries read and not
+yet acknowledged.
 
 Small runs (a few hundred records); the tests marked ``streams_soak`` run them long
 (``pytest -m streams_soak``).
@@ -9,6 +10,7 @@ Small runs (a few hundred records); the tests marked ``streams_soak`` run them l
 from __future__ import annotations
 
 import signal
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,6 +110,36 @@ def test_broker_stopped_and_started_mid_stream_loses_nothing(
     assert counted.dead_letters == 0
     assert counted.duplicates <= MAX_IN_FLIGHT
     assert pending(client, "outage-in") == 0
+
+
+def test_a_broker_out_of_memory_pauses_reading_acknowledges_nothing_and_resumes(
+    serve_stream: Callable[[str], Callable[[], ServerProcess]], client: redis.Redis
+) -> None:
+    # maxmemory reached with noeviction: Redis refuses XADD (results, dead letters) and still serves
+    # XREADGROUP and XACK, so only conch's own rule keeps it from acknowledging what it could not write.
+    sent = produce(client, "full-in", 300, SLOW_ROW)
+    server = serve_stream("full-in")()
+    wait_until(lambda: answered(client, "full-out", "full-dlq") >= 20, 60, "20 answers")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    try:
+        frozen = answered(client, "full-out", "full-dlq")
+        time.sleep(2.0)  # several write attempts
+        assert answered(client, "full-out", "full-dlq") == frozen
+        group = next(g for g in client.xinfo_groups("full-in") if g["name"] == b"conch")
+        acknowledged = group["entries-read"] - group["pending"]
+        assert acknowledged <= frozen, "an entry was acknowledged without its result written"
+        assert 0 < group["pending"] <= MAX_IN_FLIGHT, "it went on reading while it could not write"
+        status = server.request("GET", "/ui/status.json").json()
+        stream = next(s for s in status["streams"] if s["stream"] == "full-in")
+        assert "refuses writes" in stream["paused"]
+    finally:
+        client.config_set("maxmemory", 0)
+    wait_until(lambda: tally(client, sent, "full-out", "full-dlq").lost == 0, 90, "every record answered")
+    counted = tally(client, sent, "full-out", "full-dlq")
+    print("broker out of memory:", counted.line())
+    assert counted.dead_letters == 0 and counted.duplicates == 0
+    wait_until(lambda: pending(client, "full-in") == 0, 30, "every entry acknowledged")
 
 
 def test_sigterm_finishes_what_was_read_acknowledges_it_and_stops_reading(
