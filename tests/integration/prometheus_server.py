@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,55 @@ import pytest
 from tests.integration.server_process import free_port
 
 PROMETHEUS = shutil.which("prometheus")
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    """A running Prometheus and its HTTP API."""
+
+    url: str
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, object]]:
+        """``/api/v1/query``: the instant vector's samples, evaluated now or at ``at`` (Unix seconds)."""
+        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+        with urllib.request.urlopen(
+            f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10
+        ) as r:
+            answer = json.load(r)
+        assert answer["status"] == "success", answer
+        assert answer["data"]["resultType"] == "vector", answer
+        result: list[dict[str, object]] = answer["data"]["result"]
+        return result
+
+    def metadata(self) -> dict[str, list[dict[str, str]]]:
+        """``/api/v1/metadata``: each metric family's type, help and unit, as read from the scrapes."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/metadata", timeout=10) as r:
+            answer = json.load(r)
+        assert answer["status"] == "success", answer
+        metadata: dict[str, list[dict[str, str]]] = answer["data"]
+        return metadata
+
+    def scalar(self, promql: str, at: float | None = None) -> float:
+        """The value of a query that must return exactly one sample."""
+        result = self.query(promql, at)
+        assert len(result) == 1, f"{promql} returned {result}"
+        value = result[0]["value"]
+        assert isinstance(value, list)
+        return float(value[1])
+
+    def wait_for(self, promql: str, expected: float, timeout: float = 15) -> None:
+        """Until ``promql`` evaluates to ``expected`` (new scrapes arrive every second)."""
+        deadline, seen = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            result = self.query(promql)
+            if result:
+                value = result[0]["value"]
+                assert isinstance(value, list)
+                seen = float(value[1])
+                if seen == expected:
+                    return
+            time.sleep(0.25)
+        pytest.fail(f"{promql} was {seen}, not {expected}, after {timeout}s")
 
 
 @contextmanager
