@@ -8,7 +8,9 @@ validated, versioned model folder (see ``conch.exporting``).
 
 from typing import Any
 
-__version__ = "0.1.0"
+from conch.core.version import VERSION as __version__
+
+__all__ = ["__version__", "export"]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conch import __version__
 from conch.core.errors import ConchError, InternalError, InvalidArgumentError, UnavailableError
 from conch.core.response_stream import ResponseStream
 from conch.core.tensor_limits import TensorLimits
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
+from conch.core.version import VERSION
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
 from conch.observability import tracing
@@ -171,7 +171,7 @@ class InferenceServer:
 
     def metadata(self) -> dict[str, Any]:
         """Server metadata: the name (``--server-name``), conch's version and the protocol extensions."""
-        return {"name": self.options.server_name, "version": __version__, "extensions": EXTENSIONS}
+        return {"name": self.options.server_name, "version": VERSION, "extensions": EXTENSIONS}
 
     def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
         """Triton's trace extension: ``model``'s settings (the server's when empty), after ``changes``."""

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conch import __version__
 from conch.cli.deploy_monitoring import add_monitoring_target, checked_repository
+from conch.core.version import VERSION
 
 #: ``conch deploy <target>``: the function that adds the target's parser (and sets its ``run``).
 TARGETS: dict[str, Callable[[Any], None]] = {}
@@ -106,7 +106,7 @@ def _kserve(targets: Any) -> None:
     _output(parser)
     parser.add_argument("--name", default="conch", help="the ServingRuntime's name (default conch)")
     parser.add_argument("--namespace", default="default", help="namespace of both (default default)")
-    parser.add_argument("--image", default=f"conch:{__version__}", help=f"default conch:{__version__}")
+    parser.add_argument("--image", default=f"conch:{VERSION}", help=f"default conch:{VERSION}")
     parser.add_argument("--service-name", default="conch-models", help="the InferenceService's name")
     parser.add_argument(
         "--storage-uri",

@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-from conch import __version__
 from conch.cli.arguments import (
     LOG_LEVELS,
     at_least,
@@ -42,6 +41,7 @@ from conch.cli.serve_flags import (
 )
 from conch.cli.tls_flags import tls_flags, tls_settings
 from conch.cli.trace_flags import trace_flags, trace_settings
+from conch.core.version import VERSION
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS
 from conch.observability.log_format import LOG_FORMATS, configure_logging
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conch", description="A Triton-compatible model server. Guides: conch docs."
     )
-    parser.add_argument("--version", action="version", version=f"conch {__version__}")
+    parser.add_argument("--version", action="version", version=f"conch {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve", help="serve a model repository over HTTP and gRPC", description=SERVE_DESCRIPTION

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from conch import __version__
+from conch.core.version import VERSION
 from conch.deploy.quantities import QuantityError, cpu_quantity, memory_quantity, scaled_memory
 from conch.deploy.streams_file import StreamsFile, streams_file
 from conch.release.verdict_store import VERDICTS_FOLDER
@@ -121,7 +121,7 @@ class Setting:
 KUBERNETES_SETTINGS = [
     Setting("--name", str, "conch", "name of the Deployment, Service and every other object"),
     Setting("--namespace", str, "default", "namespace the objects go to"),
-    Setting("--image", str, f"conch:{__version__}", "image the pods run (built from the Dockerfile)"),
+    Setting("--image", str, f"conch:{VERSION}", "image the pods run (built from the Dockerfile)"),
     Setting("--models", model_source, "image",
             "where the pods find the repository: image (baked in at /models), pvc:CLAIM, "
             "hostpath:/PATH or s3://bucket/prefix"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from conch import __version__
+from conch.core.version import VERSION
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ _ReadableDumper.add_representer(str, _string)
 
 def manifest_text(manifest: dict[str, Any], preamble: str = "") -> str:
     """The YAML of one object, under the header and the ``preamble`` as comments."""
-    lines = [f"# Written by conch {__version__} (conch deploy); re-run it rather than editing by hand."]
+    lines = [f"# Written by conch {VERSION} (conch deploy); re-run it rather than editing by hand."]
     if preamble:
         lines += ["#", *(f"# {line}".rstrip() for line in preamble.splitlines())]
     body = yaml.dump(

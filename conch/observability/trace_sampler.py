@@ -18,8 +18,7 @@ from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from conch.observability.trace_settings import LiveTraceSettings
-from conch.observability.tracing import MODEL_ATTRIBUTE
+from conch.observability.trace_settings import MODEL_ATTRIBUTE, LiveTraceSettings
 
 
 class SettingsSampler(Sampler):

@@ -33,6 +33,8 @@ from typing import Any
 
 from conch.core.errors import InvalidArgumentError, PermissionDeniedError
 
+#: The attribute naming the model on a request's spans (the settings are kept per model by it).
+MODEL_ATTRIBUTE = "conch.model.name"
 LEVEL, RATE, COUNT = "trace_level", "trace_rate", "trace_count"
 FILE, LOG_FREQUENCY, MODE = "trace_file", "log_frequency", "trace_mode"
 _KNOWN = (LEVEL, RATE, COUNT, FILE, LOG_FREQUENCY)

@@ -25,7 +25,8 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from conch.core.errors import ConchError
-from conch.observability.trace_settings import LiveTraceSettings
+from conch.core.version import VERSION
+from conch.observability.trace_settings import MODEL_ATTRIBUTE, LiveTraceSettings
 
 #: The tracer of this process while tracing is on (:func:`start`); None while it is off.
 tracer: Tracer | None = None
@@ -37,8 +38,6 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _CONTEXT_KEYS = tuple(_PROPAGATOR.fields)
 _CONTEXT_KEYS_BYTES = tuple(key.encode() for key in _CONTEXT_KEYS)
 GRPC_SERVICE = "inference.GRPCInferenceService"
-#: The attribute naming the model on a request's spans (the trace settings decide by it).
-MODEL_ATTRIBUTE = "conch.model.name"
 
 R = TypeVar("R")
 
@@ -92,13 +91,12 @@ def start(trace_settings: TraceSettings, environ: Mapping[str, str]) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    from conch import __version__
     from conch.observability.trace_sampler import SettingsSampler
 
     resource = Resource.create(
-        {"service.version": __version__}
+        {"service.version": VERSION}
         if environ.get("OTEL_SERVICE_NAME")
-        else {SERVICE_NAME: "conch", "service.version": __version__}
+        else {SERVICE_NAME: "conch", "service.version": VERSION}
     )
     ratio = trace_settings.sample_ratio
     _provider = TracerProvider(
@@ -111,7 +109,7 @@ def start(trace_settings: TraceSettings, environ: Mapping[str, str]) -> bool:
     endpoint = trace_settings.endpoint
     exporter = OTLPSpanExporter(endpoint=traces_url(endpoint) if endpoint else None)
     _provider.add_span_processor(BatchSpanProcessor(exporter))
-    tracer = _provider.get_tracer("conch", __version__)
+    tracer = _provider.get_tracer("conch", VERSION)
     return True
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from conch.core import datatypes
 from conch.core.errors import ConchError
 from conch.observability import tracing
+from conch.observability.trace_settings import MODEL_ATTRIBUTE
 from conch.release.compare import compare_outputs
 from conch.release.controller import ReleaseController
 from conch.repository.model import ModelVersion
@@ -54,7 +55,7 @@ class ShadowRunner:
             request.inputs, list(request.output_names), request.rows, dict(request.parameters)
         )
         if request.trace is not None and tracing.tracer is not None:
-            shadow = {tracing.MODEL_ATTRIBUTE: target.name, "conch.model.version": str(target.version)}
+            shadow = {MODEL_ATTRIBUTE: target.name, "conch.model.version": str(target.version)}
             copy.trace = request.trace.child("shadow", shadow)
         task = asyncio.get_running_loop().create_task(self._run(answered, target, copy, dict(outputs)))
         if copy.trace is not None:

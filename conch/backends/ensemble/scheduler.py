@@ -27,7 +27,8 @@ from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from conch.observability.statistics import ModelStatistics
-from conch.observability.tracing import MODEL_ATTRIBUTE, RequestTrace
+from conch.observability.trace_settings import MODEL_ATTRIBUTE
+from conch.observability.tracing import RequestTrace
 from conch.repository.model import Model, ModelVersion
 from conch.scheduling.scheduler import ScheduledRequest
 

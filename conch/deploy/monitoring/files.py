@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from conch import __version__
+from conch.core.version import VERSION
 from conch.deploy.monitoring.alerts import DEFAULT_RUNBOOK_BASE, DEFAULT_SELECTOR, rule_groups
 from conch.deploy.monitoring.rule import prometheus_rule
 from conch.deploy.monitoring.thresholds import AlertThresholds
@@ -32,7 +32,7 @@ class MonitoringFile:
 
 
 def _yaml(document: dict[str, Any]) -> str:
-    header = f"# Written by conch {__version__} (conch deploy monitoring); re-run it rather than editing.\n"
+    header = f"# Written by conch {VERSION} (conch deploy monitoring); re-run it rather than editing.\n"
     return header + yaml.safe_dump(document, sort_keys=False, width=100, allow_unicode=True)
 
 
