@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from conch.cli.progress import Steps, print_summary
 
     if args.reference is not None:
-        from conch.validation.expected_agreement import ReferenceError
+        from conch.validation.agreement_interval import ReferenceError
 
         try:
             print(record_reference(args.model_dir, args.model_version, args.reference))

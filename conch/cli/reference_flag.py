@@ -23,7 +23,8 @@ def record_reference(model_dir: Path, version: int | None, reference: Path, stor
     """Measure and record the expected agreement of ``version`` (default: the highest); the line to
     print. Raises ``ReferenceError`` with the reason when it cannot be measured."""
     from conch.repository.version_policy import version_folders
-    from conch.validation.expected_agreement import ReferenceError, record_expected_agreement
+    from conch.validation.agreement_interval import ReferenceError
+    from conch.validation.expected_agreement import record_expected_agreement
 
     numbers = version_folders(model_dir)
     number = version if version is not None else (numbers[-1] if numbers else None)

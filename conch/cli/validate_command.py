@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 def _record_reference(args: argparse.Namespace) -> int:
     """``--reference``: record the highest version's expected agreement; its line goes to stderr, so
     that ``--json`` keeps stdout for the findings."""
-    from conch.validation.expected_agreement import ReferenceError
+    from conch.validation.agreement_interval import ReferenceError
 
     try:
         print(record_reference(args.path, None, args.reference, args.release_store), file=sys.stderr)

@@ -29,7 +29,8 @@ from conch.core.types import ExecutionTiming
 from conch.exporting.agreement import check_agreement
 from conch.exporting.class_labels import name_labels, write_labels
 from conch.exporting.column_names import column_inputs_json
-from conch.exporting.conversion import Conversion, convert
+from conch.exporting.conversion import Conversion
+from conch.exporting.converters import convert
 from conch.exporting.errors import ConfigRewrittenWarning, ExportError
 from conch.exporting.model_config import ConfigPlan, config_text, plan_config
 from conch.exporting.samples import graph_feeds
@@ -125,7 +126,8 @@ def export(
 
 
 def _record_expected_agreement(model_dir: Path, number: int, reference: Any) -> None:
-    from conch.validation.expected_agreement import ReferenceError, record_expected_agreement
+    from conch.validation.agreement_interval import ReferenceError
+    from conch.validation.expected_agreement import record_expected_agreement
 
     log.info("comparing version %d with the version before it on the reference rows", number)
     try:
@@ -150,7 +152,7 @@ def _write_contract(
     version_dir: Path, model: Any, conversion: Conversion, config: mc.ModelConfig, reference: Any
 ) -> None:
     from conch.exporting.data_contract import write_contract
-    from conch.validation.expected_agreement import ReferenceError
+    from conch.validation.agreement_interval import ReferenceError
 
     try:
         write_contract(version_dir, model, conversion, config, reference)

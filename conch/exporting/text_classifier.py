@@ -75,7 +75,7 @@ def export_text_classifier(
             "transformers.pipeline('text-classification', model=model, tokenizer=tokenizer), so the "
             "served model tokenizes raw text as the notebook does"
         )
-    texts = [*_sample_texts(sample), *EDGE_TEXTS]
+    texts = [*sample_texts(sample), *EDGE_TEXTS]
     settings = _settings(pipeline)
     config = _config(model_dir.name, len(settings["labels"]), max_batch_size)
     written, replaced_because = _config_to_write(model_dir, config)
@@ -113,48 +113,7 @@ def export_text_classifier(
     return model_dir / str(number)
 
 
-def is_exported_text_classifier(version_dir: Path) -> bool:
-    """A version folder this module wrote (its runner's settings are there)."""
-    return (version_dir / runner.SETTINGS_FILENAME).is_file()
-
-
-def measure_text_versions(model_dir: Path, candidate: int, against: int, reference: Any) -> Any:
-    """The expected agreement of two text-classifier versions on reference texts (a list, a Series or a
-    one-column frame): the release gate's comparison (``compare_outputs``), one text taken as one
-    request, each version run by its served runner. Returns an ``ExpectedAgreement``."""
-    from conch.release.compare import compare_outputs
-    from conch.release.expected_agreement import ExpectedAgreement
-    from conch.validation.expected_agreement import MIN_REFERENCE_ROWS, ReferenceError, wilson_interval
-
-    try:
-        texts = _sample_texts(reference)
-    except ExportError as exc:
-        raise ReferenceError(str(exc)) from None
-    if len(texts) < MIN_REFERENCE_ROWS:
-        raise ReferenceError(f"the reference has {len(texts)} texts; give at least {MIN_REFERENCE_ROWS}")
-    new = runner.TextClassifier(model_dir / str(candidate))
-    answers = [new.classify(texts), runner.TextClassifier(model_dir / str(against)).classify(texts)]
-    answers.append(new.classify(texts))
-    datatypes = {"label": "BYTES", "logits": "FP32", "probabilities": "FP32"}
-
-    def agreeing(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> int:
-        rows = range(len(texts))
-        return sum(
-            compare_outputs(
-                {name: values[i : i + 1] for name, values in first.items()},
-                {name: values[i : i + 1] for name, values in second.items()},
-                datatypes,
-            ).agreed
-            for i in rows
-        )
-
-    count = agreeing(answers[1], answers[0])
-    lower, upper = wilson_interval(count, len(texts))
-    itself = agreeing(answers[0], answers[2]) / len(texts)
-    return ExpectedAgreement(count / len(texts), lower, upper, len(texts), against, itself)
-
-
-def _sample_texts(sample: Any) -> list[str]:
+def sample_texts(sample: Any) -> list[str]:
     values = sample.iloc[:, 0] if hasattr(sample, "iloc") and getattr(sample, "ndim", 1) == 2 else sample
     texts = [values] if isinstance(values, str) else list(np.asarray(values, dtype=object).ravel())
     if not texts or not all(isinstance(text, str) for text in texts):

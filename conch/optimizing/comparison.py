@@ -32,8 +32,9 @@ from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_s
 from conch.core.types import ExecutionTiming
 from conch.optimizing.source import is_model_file
 from conch.release.compare import compare_outputs
-from conch.release.gate import GateLimits, Judgement, StepFigures, judge
+from conch.release.gate import GateLimits, Judgement, judge
 from conch.release.spec import GateSpec
+from conch.release.step_figures import StepFigures
 
 WARM_RUNS = 3
 TIMED_RUNS = 30

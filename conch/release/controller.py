@@ -30,6 +30,7 @@ from conch.release.model_release import (
     end_inconclusive,
     judge_step,
     resolve_agreement,
+    settle,
     status_of,
 )
 from conch.release.outcomes import (
@@ -171,7 +172,7 @@ class ReleaseController(ReleaseTraffic):
         act = getattr(held.release, action)
         event = act(now) if reason is None else act(now, reason)
         if action in ("promote", "resume"):
-            held.figures.reset()
+            held.figures.reset(settling=True)
             held.tracker.reset()
             held.last_judgement = None  # the step is judged afresh, as when its duration moves it on
         if action == "rollback":
@@ -275,6 +276,7 @@ class ReleaseController(ReleaseTraffic):
             return
         if release.state is not ReleaseState.PROGRESSING:
             return
+        settle(held, now)
         judgement = judged if prejudged else judge_step(model, held, self.clock())
         if judgement is None:
             return
@@ -292,7 +294,7 @@ class ReleaseController(ReleaseTraffic):
         ):
             moved = release.advance_if_due(now)
             if moved is not None:
-                held.figures.reset()
+                held.figures.reset(settling=True)
                 held.tracker.reset()
                 held.last_judgement = None
                 self._changed(model, moved)

@@ -1,11 +1,11 @@
 """The quality gate's figures and its judgement: pure rules, no clock, no request, no I/O.
 
-A release step is judged on its own traffic. :class:`StepFigures` counts it as it comes (answers and
-server errors per version, latencies, shadow comparisons); :func:`judge` turns a snapshot of those
-figures, :class:`GateFigures`, into a :class:`Judgement` against :class:`GateLimits`;
-:class:`GateTracker` counts consecutive failed judgements up to the release's ``failure_threshold``.
-With ``judge: prometheus`` the same :class:`GateFigures` come from Prometheus instead
-(:mod:`conch.release.prometheus_judge`), so both gates share one set of rules.
+A release step is judged on its own traffic. :class:`~conch.release.step_figures.StepFigures` counts
+it as it comes (answers and server errors per version, latencies, shadow comparisons); :func:`judge`
+turns a snapshot of those figures, :class:`GateFigures`, into a :class:`Judgement` against
+:class:`GateLimits`; :class:`GateTracker` counts consecutive failed judgements up to the release's
+``failure_threshold``. With ``judge: prometheus`` the same :class:`GateFigures` come from Prometheus
+instead (:mod:`conch.release.prometheus_judge`), so both gates share one set of rules.
 
 A release's steps are judged by sequential tests (:mod:`conch.release.sequential_gate`); :func:`judge`
 here reads the point estimates, once, for a fixed set of rows (``conch optimize`` compares an int8
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from conch.release.compare import Comparison
-from conch.release.latency_sketch import LatencySketch
 from conch.release.sequential import LatencyHistogram, LatencyLooks
 from conch.release.spec import DEFAULT_MIN_AGREEMENT, GateSpec, Step
 
@@ -72,89 +70,6 @@ class GateFigures:
     agreements: float = 0
     drift_scored: float = 0
     drifted: float = 0
-
-
-@dataclass
-class _VersionTally:
-    requests: int = 0
-    server_errors: int = 0
-    #: Latencies of the answers clients got, and of the shadow copies the version ran.
-    answers: LatencySketch = field(default_factory=LatencySketch)
-    copies: LatencySketch = field(default_factory=LatencySketch)
-
-    def latencies(self, copies: bool) -> LatencySketch:
-        return self.answers.plus(self.copies) if copies else self.answers
-
-    def figures(self, latencies: LatencySketch, span: tuple[int, int] | None) -> VersionFigures:
-        latency = None if span is None else latencies.histogram(*span)
-        return VersionFigures(self.requests, self.server_errors, latencies.quantile(0.95), latency)
-
-
-class StepFigures:
-    """One step's traffic as it comes, for the local gate. Make a new one (or :meth:`reset`) per step.
-
-    Record answers that the version is responsible for: successes and server errors. A client error
-    (a 400) says nothing about a version and is not recorded. Latencies are those of successful
-    answers only, like ``conch_inference_request_duration_seconds``: a candidate that fails fast must
-    not look faster. A version's first ``warming`` answers of the release are counted but not timed:
-    a version loaded for the release answers its first few hundred requests up to 3 times slower
-    (ONNX Runtime's first runs, a cold instance), which is not the version's speed.
-
-    A shadow copy's time is kept apart from client answers' (``copy``): a copy starts once a client
-    has its answer and never waits in the frontend, so a sample holding more copies differs from the
-    same graph answering clients. Latencies are compared client answers against client answers
-    whenever both versions answered clients in the step; copies count only where a version answers
-    none (a dark launch at weight 0, the baseline at 100%).
-    """
-
-    def __init__(self, drift_threshold: float, warming: int = 0) -> None:
-        self.drift_threshold = drift_threshold
-        self.warming = warming
-        self._answered = dict.fromkeys(Role, 0)  # over the release: not reset with each step
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything: a new step is judged on its own traffic."""
-        self._tallies = {role: _VersionTally() for role in Role}
-        self.compared = 0
-        self.agreements = 0
-        self.drift_scored = 0
-        self.drifted = 0
-
-    def record_answer(self, role: Role, seconds: float, server_error: bool, copy: bool = False) -> None:
-        """One answer of ``role``'s version, which took ``seconds`` end to end (a shadow ``copy``'s)."""
-        tally = self._tallies[role]
-        tally.requests += 1
-        self._answered[role] += 1
-        if server_error:
-            tally.server_errors += 1
-        elif self._answered[role] > self.warming:
-            (tally.copies if copy else tally.answers).observe(seconds)
-
-    def record_comparison(self, comparison: Comparison) -> None:
-        """One request answered by both versions and compared."""
-        self.compared += 1
-        self.agreements += comparison.agreed
-        if comparison.drift is not None:
-            self.drift_scored += 1
-            self.drifted += comparison.drift > self.drift_threshold
-
-    def snapshot(self) -> GateFigures:
-        """The figures as they are now, for :func:`judge`; both versions' latencies in the same buckets."""
-        base, cand = self._tallies[Role.BASELINE], self._tallies[Role.CANDIDATE]
-        copies = not (base.answers.count and cand.answers.count)
-        latencies = {role: tally.latencies(copies) for role, tally in self._tallies.items()}
-        spans = [sketch.indices() for sketch in latencies.values()]
-        known = [span for span in spans if span is not None]
-        span = (min(s[0] for s in known), max(s[1] for s in known)) if known else None
-        return GateFigures(
-            baseline=base.figures(latencies[Role.BASELINE], span),
-            candidate=cand.figures(latencies[Role.CANDIDATE], span),
-            compared=self.compared,
-            agreements=self.agreements,
-            drift_scored=self.drift_scored,
-            drifted=self.drifted,
-        )
 
 
 #: The chance, over a whole release, that the gate rolls back a candidate that keeps every limit (or
@@ -377,7 +292,7 @@ class GateTracker:
         self.consecutive_failures = 0
         self.last_failure: Judgement | None = None
         #: The step's latency looks (:mod:`conch.release.sequential_gate`).
-        self.latency_looks = LatencyLooks()
+        self.latency_looks = LatencyLooks(needed=failure_threshold)
 
     def observe(self, judgement: Judgement) -> bool:
         """Count one judgement; True when the threshold is reached."""
@@ -397,4 +312,4 @@ class GateTracker:
         """A new step starts with no failure counted and no latency look."""
         self.consecutive_failures = 0
         self.last_failure = None
-        self.latency_looks = LatencyLooks()
+        self.latency_looks = LatencyLooks(needed=self.failure_threshold)

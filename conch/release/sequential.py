@@ -230,11 +230,19 @@ def compare_latency(
 
 @dataclass
 class LatencyLooks:
-    """The latency test's last look in a step and what it found; a new step starts a new one."""
+    """The latency test's last look in a step and what it found; a new step starts a new one.
+
+    A look's verdict holds until the next look, so the gate's ``failure_threshold`` counts looks here,
+    not judgements: the check fails once ``needed`` looks in a row found the candidate slower
+    (``beyond`` of them so far). A slow moment at one look (a burst of load on the machine) is then
+    confirmed or cleared at the next, which has twice the answers.
+    """
 
     look: int = 0
     comparison: LatencyComparison | None = None
     verdict: str = Verdict.UNSURE
+    needed: int = 1
+    beyond: int = 0
 
 
 def latency_verdict(comparison: LatencyComparison, max_increase: float) -> str:

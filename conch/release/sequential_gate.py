@@ -146,6 +146,7 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         looks.look = look
         if compared is not None:
             looks.comparison, looks.verdict = compared, latency_verdict(compared, limit)
+            looks.beyond = looks.beyond + 1 if looks.verdict == Verdict.BEYOND else 0
     found = looks.comparison
     if found is None:
         keeps = estimate is None or estimate <= limit
@@ -154,7 +155,10 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         )
     lower, upper = math.exp(found.log_ratio - found.bound) - 1, math.exp(found.log_ratio + found.bound) - 1
     outcome = _OUTCOME[looks.verdict]
-    if outcome is Outcome.FAILED and lower <= limit:  # the rank test proved it, not the P95
+    if outcome is Outcome.FAILED and looks.beyond < looks.needed:
+        outcome = Outcome.PENDING
+        detail = f"slower at look {looks.look} ({looks.beyond} of {looks.needed} in a row): the next confirms"
+    elif outcome is Outcome.FAILED and lower <= limit:  # the rank test proved it, not the P95
         detail = (
             f"every latency {1 + limit:g}x slower still ranks above the baseline's: "
             f"P(slower) {0.5 + found.rank_excess:.3g} > 0.5 + {found.rank_bound:.2g}"

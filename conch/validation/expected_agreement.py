@@ -11,13 +11,12 @@ folder that no release rejected. The candidate is also run against itself, which
 noise (``self_agreement``, 1 for a deterministic model).
 
 Only ONNX versions and exported text classifiers are compared (the latter by their served runner,
-:func:`conch.exporting.text_classifier.measure_text_versions`): any other Python-backend model may
+:func:`conch.validation.text_agreement.measure_text_versions`): any other Python-backend model may
 compute anything, and re-running it is not free, so it gets no figure and its gate uses the default.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,24 +30,7 @@ from conch.optimizing.source import OptimizeError, SourceModel, read_source
 from conch.packaging.metadata import read_metadata, write_metadata
 from conch.release.expected_agreement import METADATA_KEY, ExpectedAgreement
 from conch.repository.version_policy import version_folders
-
-#: Fewer reference rows give an interval wider than the gate's 1% margin: 200 rows that all agree
-#: give a lower bound of 0.981.
-MIN_REFERENCE_ROWS = 200
-_Z95 = 1.959964
-
-
-class ReferenceError(ValueError):
-    """The reference frame cannot be read or does not fit the model; the message says how to fix it."""
-
-
-def wilson_interval(agreeing: int, rows: int) -> tuple[float, float]:
-    """Wilson's 95% score interval of a share of ``agreeing`` in ``rows``."""
-    share = agreeing / rows
-    spread = _Z95 * math.sqrt(share * (1 - share) / rows + _Z95**2 / (4 * rows**2))
-    centre = share + _Z95**2 / (2 * rows)
-    scale = 1 + _Z95**2 / rows
-    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
+from conch.validation.agreement_interval import MIN_REFERENCE_ROWS, ReferenceError, wilson_interval
 
 
 def against_version(model_dir: Path, candidate: int, rejected: set[int], promoted: int | None) -> int | None:
@@ -92,10 +74,10 @@ def record_expected_agreement(
 def measure(model_dir: Path, candidate: int, against: int, reference: Any) -> ExpectedAgreement:
     """Agreement of ``candidate`` with ``against`` on ``reference`` (a DataFrame, an array, a mapping
     of input name to array, or a ``.csv``, ``.parquet``, ``.npy`` or ``.npz`` file)."""
-    from conch.exporting import text_classifier
+    from conch.validation import text_agreement
 
-    if text_classifier.is_exported_text_classifier(model_dir / str(candidate)):
-        return text_classifier.measure_text_versions(
+    if text_agreement.is_exported_text_classifier(model_dir / str(candidate)):
+        return text_agreement.measure_text_versions(
             model_dir, candidate, against, loaded_reference(reference)
         )
     try:

@@ -25,9 +25,9 @@ from tritonclient.utils import InferenceServerException
 
 from conch.exporting import export
 from conch.exporting.errors import ExportError
-from conch.exporting.text_classifier import measure_text_versions
 from conch.packaging.metadata import read_metadata
 from conch.validation import validate_model
+from conch.validation.text_agreement import measure_text_versions
 from tests.fixtures.text_classifiers import CORPUS, LABELS, MAX_LENGTH, review_pipeline
 from tests.integration.server_process import ServerProcess
 

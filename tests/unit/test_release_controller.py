@@ -135,6 +135,20 @@ def test_a_slower_candidate_is_rolled_back_on_latency(tmp_path: Path) -> None:
     assert "p95_increase" in controller.releases[MODEL].release.history[-1].reason
 
 
+def test_a_slow_moment_as_a_step_begins_is_not_timed(tmp_path: Path) -> None:
+    controller, traffic = release(tmp_path)
+    while state(controller) == ("progressing", 1):  # until step 2: the candidate's 10% becomes 50%
+        traffic.second()
+    assert state(controller) == ("progressing", 2)
+    figures = controller.releases[MODEL].figures
+    traffic.run(3, slowdown=3.0)  # the switch's first seconds: the candidate queues
+    assert not figures.timing and figures.snapshot().candidate.p95_s is None
+    traffic.run(4)
+    assert figures.timing, "timed from 5 s into the step on"
+    traffic.run(30)
+    assert state(controller) == ("promoted", 3)
+
+
 @pytest.mark.parametrize(
     ("on_inconclusive", "expected"),
     [("pause", ("paused", 1)), ("rollback", ("rolled_back", 1)), ("advance", ("progressing", 2))],

@@ -15,13 +15,13 @@ from conch.release.gate import (
     Judgement,
     Outcome,
     Role,
-    StepFigures,
     VersionFigures,
     judge,
     limits_of,
 )
 from conch.release.latency_sketch import LATENCY_RELATIVE_ERROR, LatencySketch
 from conch.release.spec import DEFAULT_MIN_AGREEMENT, GateSpec
+from conch.release.step_figures import StepFigures
 
 LIMITS = GateLimits(
     min_requests=200,

@@ -20,12 +20,8 @@ from conch.release.expected_agreement import (
     read_expected,
 )
 from conch.release.spec import DEFAULT_MIN_AGREEMENT
-from conch.validation.expected_agreement import (
-    ReferenceError,
-    against_version,
-    record_expected_agreement,
-    wilson_interval,
-)
+from conch.validation.agreement_interval import ReferenceError, wilson_interval
+from conch.validation.expected_agreement import against_version, record_expected_agreement
 
 
 def frame(rows: int, seed: int) -> pd.DataFrame:

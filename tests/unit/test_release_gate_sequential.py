@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conch.release.compare import Comparison
-from conch.release.gate import GateFigures, GateLimits, Outcome, Role, StepFigures, VersionFigures
+from conch.release.gate import GateFigures, GateLimits, Outcome, Role, VersionFigures
 from conch.release.sequential import (
     FIRST_LATENCY_LOOK,
     LatencyHistogram,
@@ -24,6 +24,7 @@ from conch.release.sequential import (
     rate_verdict,
 )
 from conch.release.sequential_gate import judge_sequentially
+from conch.release.step_figures import StepFigures
 
 LIMITS = GateLimits(200, 0.01, 0.20, 0.98, 0.01, alpha=0.05 / 8)
 
@@ -143,12 +144,45 @@ def test_an_unproven_agreement_keeps_the_step_open_but_an_unproven_error_rate_do
 
 
 def test_a_doubled_latency_fails_at_the_first_look_and_keeps_failing_until_the_next() -> None:
-    looks = LatencyLooks()
+    looks = LatencyLooks()  # needed=1: failure_threshold 1
     first = judge_sequentially(step_figures(1.0, 10, 300, slowdown=2.0), LIMITS, looks)
     assert {c.name: c.outcome for c in first.checks}["p95_increase"] is Outcome.FAILED
     assert looks.look == 1
     again = judge_sequentially(step_figures(1.0, 10, 300, slowdown=1.0), LIMITS, looks)
     assert {c.name: c.outcome for c in again.checks}["p95_increase"] is Outcome.FAILED, "same look"
+
+
+def latency_check(figures: GateFigures, looks: LatencyLooks) -> tuple[Outcome, str]:
+    check = next(c for c in judge_sequentially(figures, LIMITS, looks).checks if c.name == "p95_increase")
+    return check.outcome, check.detail
+
+
+def test_with_a_threshold_of_two_a_slow_look_is_confirmed_by_the_next_or_cleared() -> None:
+    # A slow moment at the first look (300 answers), gone by the second (600): never a failure.
+    looks = LatencyLooks(needed=2)
+    outcome, detail = latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks)
+    assert outcome is Outcome.PENDING and "slower at look 1 (1 of 2 in a row)" in detail
+    outcome, _ = latency_check(step_figures(1.0, 10, 600, slowdown=1.0), looks)
+    assert outcome is not Outcome.FAILED and looks.look == 2 and looks.beyond == 0
+    # A candidate slower at two looks in a row fails at the second.
+    looks = LatencyLooks(needed=2)
+    assert latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks)[0] is Outcome.PENDING
+    assert latency_check(step_figures(1.0, 10, 600, slowdown=2.0), looks)[0] is Outcome.FAILED
+
+
+def test_a_settling_step_counts_answers_without_timing_them() -> None:
+    step = StepFigures(drift_threshold=0.3, settling=True)
+    for role in Role:
+        step.record_answer(role, 0.5, server_error=False)
+    settling = step.snapshot()
+    assert settling.candidate.requests == 1 and settling.candidate.p95_s is None
+    step.timing = True
+    for role in Role:
+        step.record_answer(role, 0.002, server_error=False)
+    timed = step.snapshot()
+    assert timed.candidate.requests == 2 and timed.candidate.p95_s == pytest.approx(0.002, rel=0.01)
+    step.reset(settling=True)
+    assert not step.timing and step.snapshot().baseline.requests == 0
 
 
 def test_without_latency_samples_the_p95_estimate_is_shown_and_settles_when_within() -> None:
