@@ -9,7 +9,8 @@ alert).
 from __future__ import annotations
 
 from conch.deploy import manifests
-from conch.deploy.monitoring.alerts import Alert, alerts, rule_groups
+from conch.deploy.monitoring.alert_rule import Alert
+from conch.deploy.monitoring.alerts import alerts, rule_groups
 from conch.deploy.monitoring.rule import kubernetes_prometheus_rule, prometheus_rule
 from conch.deploy.monitoring.thresholds import AlertThresholds, thresholds_from
 

@@ -18,41 +18,16 @@ names, and its series must not raise conch's alerts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from conch.core.errors import InvalidArgumentError
+from conch.deploy.monitoring.alert_rule import Alert, Metrics, number
+from conch.deploy.monitoring.data_alerts import data_layer_alerts
 from conch.deploy.monitoring.thresholds import AlertThresholds
 
 #: Where ``docs/runbooks.md`` is read; an alert's ``runbook_url`` is this plus ``#`` and its anchor.
 DEFAULT_RUNBOOK_BASE = "docs/runbooks.md"
 GROUP_NAME = "conch.golden-signals"
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One alerting rule: ``expr`` is ``signal condition``, held for ``for_`` before it fires."""
-
-    name: str
-    signal: str
-    condition: str
-    for_: str | None
-    severity: str
-    summary: str
-    description: str
-
-    @property
-    def expr(self) -> str:
-        return f"{self.signal} {self.condition}"
-
-    @property
-    def anchor(self) -> str:
-        """The alert's section in ``docs/runbooks.md`` (a Markdown heading named after the alert)."""
-        return self.name.lower()
-
-
-def _number(value: float) -> str:
-    return f"{value:g}"
 
 
 DEFAULT_THRESHOLDS = AlertThresholds()
@@ -73,39 +48,6 @@ def check_selector(selector: str) -> str:
     return selector
 
 
-@dataclass(frozen=True)
-class Metrics:
-    """Writes each metric's selector with the rules' label matchers."""
-
-    selector: str
-
-    def __call__(self, name: str) -> str:
-        return f"{name}{{{self.selector}}}"
-
-    def latency(self, quantile: float) -> str:
-        return (
-            f"histogram_quantile({quantile}, sum by (model, version, le) "
-            f"(rate({self('conch_inference_request_duration_seconds_bucket')}[5m])))"
-        )
-
-    def requests(self, shift: str = "") -> str:
-        """Requests per second by model over the last hour, ``shift`` earlier: answered or failed."""
-        return (
-            f"(sum by (model) (rate({self('nv_inference_request_success')}[1h]{shift}))"
-            f" + sum by (model) (rate({self('nv_inference_request_failure')}[1h]{shift})))"
-        )
-
-    def mean_queue_seconds(self, window: str) -> str:
-        total, count = (
-            self("conch_inference_queue_duration_seconds_sum"),
-            self("conch_inference_queue_duration_seconds_count"),
-        )
-        return (
-            f"(sum by (model, version) (rate({total}[{window}]))"
-            f" / sum by (model, version) (rate({count}[{window}])))"
-        )
-
-
 def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELECTOR) -> list[Alert]:
     """Every alert, with ``t``'s thresholds, each metric selected with ``selector``'s label matchers."""
     m = Metrics(check_selector(selector))
@@ -113,9 +55,6 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELE
     successes = f"sum by (model, version) (rate({m('nv_inference_request_success')}[5m]))"
     queue_now, queue_hour = m.mean_queue_seconds("5m"), m.mean_queue_seconds("1h")
     version = "{{ $labels.model }} version {{ $labels.version }}"
-    # Here, not at the top: the data layer's alerts are built from this module's Alert and Metrics.
-    from conch.deploy.monitoring.data_alerts import data_layer_alerts
-
     golden = [
         Alert(
             "ConchTargetDown",
@@ -130,40 +69,40 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELE
         Alert(
             "ConchLatencyP95High",
             m.latency(0.95),
-            f"> {_number(t.p95_ms / 1000)}",
+            f"> {number(t.p95_ms / 1000)}",
             t.latency_for,
             "warning",
-            f"P95 latency of {version} is above {_number(t.p95_ms)} ms",
+            f"P95 latency of {version} is above {number(t.p95_ms)} ms",
             f"95% of {version}'s successful requests took up to {{{{ $value | humanizeDuration }}}} over "
-            f"the last 5 minutes, above {_number(t.p95_ms)} ms for {t.latency_for}.",
+            f"the last 5 minutes, above {number(t.p95_ms)} ms for {t.latency_for}.",
         ),
         Alert(
             "ConchLatencyP99High",
             m.latency(0.99),
-            f"> {_number(t.p99_ms / 1000)}",
+            f"> {number(t.p99_ms / 1000)}",
             t.latency_for,
             "warning",
-            f"P99 latency of {version} is above {_number(t.p99_ms)} ms",
+            f"P99 latency of {version} is above {number(t.p99_ms)} ms",
             f"99% of {version}'s successful requests took up to {{{{ $value | humanizeDuration }}}} over "
-            f"the last 5 minutes, above {_number(t.p99_ms)} ms for {t.latency_for}.",
+            f"the last 5 minutes, above {number(t.p99_ms)} ms for {t.latency_for}.",
         ),
         Alert(
             "ConchFailureRateHigh",
             f"{failures} / ({failures} + {successes})",
-            f"> {_number(t.failure_ratio)}",
+            f"> {number(t.failure_ratio)}",
             t.failure_for,
             "critical",
-            f"{version} fails more than {_number(t.failure_ratio * 100)}% of requests",
+            f"{version} fails more than {number(t.failure_ratio * 100)}% of requests",
             f"{{{{ $value | humanizePercentage }}}} of {version}'s requests failed over the last 5 "
             f"minutes (all reasons: REJECTED, BACKEND, CANCELED).",
         ),
         Alert(
             "ConchTrafficDropped",
             f"{m.requests()} / {m.requests(' offset 1d')}",
-            f"< {_number(1 - t.traffic_drop_ratio)}",
+            f"< {number(1 - t.traffic_drop_ratio)}",
             t.traffic_for,
             "warning",
-            f"Traffic to {{{{ $labels.model }}}} is down more than {_number(t.traffic_drop_ratio * 100)}% "
+            f"Traffic to {{{{ $labels.model }}}} is down more than {number(t.traffic_drop_ratio * 100)}% "
             "day over day",
             "{{ $labels.model }} received {{ $value | humanizePercentage }} of the requests per second "
             "it received at the same hour yesterday (1 hour windows).",
@@ -222,28 +161,28 @@ def alerts(t: AlertThresholds = DEFAULT_THRESHOLDS, selector: str = DEFAULT_SELE
         Alert(
             "ConchQueueTimeRising",
             queue_now,
-            f"> {_number(t.queue_ms / 1000)} and {queue_now} > {_number(t.queue_rise_factor)} * {queue_hour}",
+            f"> {number(t.queue_ms / 1000)} and {queue_now} > {number(t.queue_rise_factor)} * {queue_hour}",
             t.queue_for,
             "warning",
             f"Queue time of {version} is rising",
             f"{version}'s requests waited {{{{ $value | humanizeDuration }}}} on average over the last "
-            f"5 minutes, above {_number(t.queue_ms)} ms and {_number(t.queue_rise_factor)} times the "
+            f"5 minutes, above {number(t.queue_ms)} ms and {number(t.queue_rise_factor)} times the "
             "last hour's mean.",
         ),
         Alert(
             "ConchGpuMemoryHigh",
             f"{m('nv_gpu_memory_used_bytes')} / {m('nv_gpu_memory_total_bytes')}",
-            f"> {_number(t.gpu_memory_ratio)}",
+            f"> {number(t.gpu_memory_ratio)}",
             t.gpu_memory_for,
             "warning",
-            f"GPU {{{{ $labels.gpu_uuid }}}} memory is more than {_number(t.gpu_memory_ratio * 100)}% used",
+            f"GPU {{{{ $labels.gpu_uuid }}}} memory is more than {number(t.gpu_memory_ratio * 100)}% used",
             "GPU {{ $labels.gpu_uuid }} has {{ $value | humanizePercentage }} of its memory in use "
             f"for {t.gpu_memory_for}.",
         ),
         Alert(
             "ConchGpuFragmentation",
             m("conch_gpu_memory_fragmentation_ratio"),
-            f"> {_number(t.gpu_fragmentation_ratio)} and on (instance, gpu) "
+            f"> {number(t.gpu_fragmentation_ratio)} and on (instance, gpu) "
             f"increase({m('conch_gpu_allocation_retries_total')}[{t.gpu_fragmentation_for}]) > 0",
             t.gpu_fragmentation_for,
             "warning",

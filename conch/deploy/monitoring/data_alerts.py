@@ -12,22 +12,12 @@ row) alerts, not their count.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from conch.deploy.monitoring.alert_rule import Alert, Metrics, number
 from conch.deploy.monitoring.thresholds import AlertThresholds
-
-if TYPE_CHECKING:
-    from conch.deploy.monitoring.alerts import Alert, Metrics
-
-
-def _number(value: float) -> str:
-    return f"{value:g}"
 
 
 def data_layer_alerts(t: AlertThresholds, m: Metrics) -> list[Alert]:
     """The streams' and the data contracts' alerts, each metric selected with ``m``'s matchers."""
-    from conch.deploy.monitoring.alerts import Alert
-
     lag = f"max by (model, stream) ({m('conch_stream_lag')})"
     rising = f"max by (model, stream) (deriv({m('conch_stream_lag')}[{t.stream_lag_for}]))"
     stream = "stream {{ $labels.stream }} of {{ $labels.model }}"
@@ -41,10 +31,10 @@ def data_layer_alerts(t: AlertThresholds, m: Metrics) -> list[Alert]:
         Alert(
             "ConchStreamLagGrowing",
             lag,
-            f"> {_number(t.stream_lag_entries)} and {rising} > 0",
+            f"> {number(t.stream_lag_entries)} and {rising} > 0",
             t.stream_lag_for,
             "warning",
-            f"The lag of {stream} is above {_number(t.stream_lag_entries)} entries and rising",
+            f"The lag of {stream} is above {number(t.stream_lag_entries)} entries and rising",
             f"{{{{ $value | humanize }}}} entries of {stream} are pending or not yet read by its consumer "
             f"group, and the figure has kept rising for {t.stream_lag_for}: the replicas consume slower "
             "than producers write.",
@@ -74,7 +64,7 @@ def data_layer_alerts(t: AlertThresholds, m: Metrics) -> list[Alert]:
         Alert(
             "ConchContractViolations",
             f"sum by (model, version, field, rule) (rate({m('conch_contract_violations_total')}[5m]))",
-            f"> {_number(t.contract_violation_rate)}",
+            f"> {number(t.contract_violation_rate)}",
             t.contract_violation_for,
             "warning",
             f"The data contract refuses {field} ({{{{ $labels.rule }}}})",
@@ -85,10 +75,10 @@ def data_layer_alerts(t: AlertThresholds, m: Metrics) -> list[Alert]:
         Alert(
             "ConchOutOfRangeHigh",
             out_of_range,
-            f"> {_number(t.out_of_range_ratio)}",
+            f"> {number(t.out_of_range_ratio)}",
             t.out_of_range_for,
             "warning",
-            f"More than {_number(t.out_of_range_ratio * 100)}% of {field} is outside the training range",
+            f"More than {number(t.out_of_range_ratio * 100)}% of {field} is outside the training range",
             f"{{{{ $value | humanizePercentage }}}} of {field}'s values per inference were outside the "
             f"range seen in training over the last 15 minutes, for {t.out_of_range_for}: the inputs "
             "have drifted, and the model answers them anyway.",
