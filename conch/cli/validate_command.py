@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from conch.cli.reference_flag import add_reference_argument, record_reference
 
 if TYPE_CHECKING:
-    from conch.validation.findings import Finding
+    from conch.core.findings import Finding
 
 
 def add_parser(commands: Any) -> None:

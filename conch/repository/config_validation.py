@@ -22,10 +22,10 @@ from conch.backends.kinds import ONNX_BACKEND, ONNX_PLATFORM, supported
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 from conch.core.errors import ConchError, InvalidArgumentError
+from conch.core.findings import Finding, Severity
 from conch.repository.config import is_dns_safe
 from conch.repository.sequence_config import fed_input_names, sequence_signature_findings
 from conch.repository.sequence_config_checks import sequence_findings
-from conch.validation.findings import Finding, Severity
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 Control = mc.ModelSequenceBatching.Control
 START = Control.CONTROL_SEQUENCE_START

@@ -12,8 +12,8 @@ from __future__ import annotations
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
+from conch.core.findings import Finding, Severity
 from conch.repository.sequence_config import CORRID, CORRID_TYPES, kind_name, shapes_fit
-from conch.validation.findings import Finding, Severity
 
 
 def sequence_findings(config: mc.ModelConfig, model: str) -> list[Finding]:

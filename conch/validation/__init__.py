@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from conch.validation.model_folder import NotAModelOrRepositoryError, model_folders

@@ -13,7 +13,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.contracts import CONTRACT_FILENAME, ContractError, read_contract
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 
 def contract_findings(version_dir: Path, config: mc.ModelConfig, model: str) -> list[Finding]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.ensemble.plan import ensemble_problems
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 _HINT = (
     "each message says what to change; the steps' own models are checked against the ensemble when the "

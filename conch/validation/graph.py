@@ -23,7 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conch.core.contracts import CONTRACT_FILENAME
+from conch.core.findings import Finding, Severity
 from conch.packaging.metadata import (
     METADATA_FILENAME,
     MetadataError,
@@ -21,7 +22,6 @@ from conch.packaging.metadata import (
     read_metadata,
     version_file_checksums,
 )
-from conch.validation.findings import Finding, Severity
 
 
 def metadata_findings(model_dir: Path, number: int, model: str) -> list[Finding]:

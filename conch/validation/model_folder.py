@@ -16,11 +16,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.kinds import infer_backend
 from conch.core.errors import InvalidArgumentError
+from conch.core.findings import Finding, Severity
 from conch.packaging.metadata import CONFIG_FILENAME, WARMUP_FOLDER
 from conch.repository.autocomplete import complete_defaults
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.version_policy import select_versions, version_folders
-from conch.validation.findings import Finding, Severity
 
 
 class NotAModelOrRepositoryError(ValueError):

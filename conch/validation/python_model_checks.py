@@ -10,8 +10,8 @@ rules. The server checks the rest when it loads the model (``docs/configuration.
 
 from __future__ import annotations
 
+from conch.core.findings import Finding, Severity
 from conch.repository.config_validation import batching_findings
-from conch.validation.findings import Finding, Severity
 from conch.validation.model_folder import ModelFolder, version_numbers
 
 

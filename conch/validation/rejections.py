@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from conch.core.findings import Finding, Severity
 from conch.lifecycle.fingerprint import content_fingerprint
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import ModelVerdicts, fold, readmit_hint
-from conch.validation.findings import Finding, Severity
 
 STORE_ENV = "CONCH_RELEASE_STORE"
 

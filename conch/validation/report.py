@@ -7,7 +7,7 @@ import shutil
 import textwrap
 from collections import Counter
 
-from conch.validation.findings import Finding, Severity
+from conch.core.findings import Finding, Severity
 
 _COLUMNS = ("MODEL", "SEVERITY", "CODE", "FIELD", "MESSAGE")
 _RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}

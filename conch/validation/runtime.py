@@ -24,9 +24,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.onnxruntime import OnnxRuntimeInstance
 from conch.core.errors import ConchError
+from conch.core.findings import Finding, Severity
 from conch.core.tolerances import tolerance_for
 from conch.core.types import ExecutionTiming
-from conch.validation.findings import Finding, Severity
 from conch.validation.inputs import RuntimeInputs
 
 BATCH_ROWS = 4

@@ -29,6 +29,7 @@ from conch.backends.kinds import ENSEMBLE_PLATFORM, BackendKind, backend_kind
 from conch.backends.onnxruntime import OnnxRuntimeInstance, open_session, read_signature
 from conch.core import datatypes
 from conch.core.errors import ConchError
+from conch.core.findings import Finding, Severity
 from conch.packaging.metadata import CONFIG_FILENAME
 from conch.repository.autocomplete import complete_from_signature
 from conch.repository.config_validation import (
@@ -39,7 +40,6 @@ from conch.repository.config_validation import (
 )
 from conch.validation.contract_checks import contract_findings
 from conch.validation.ensemble_checks import ensemble_findings
-from conch.validation.findings import Finding, Severity
 from conch.validation.graph import checker_findings, load_graph, training_mode_findings
 from conch.validation.inputs import runtime_inputs
 from conch.validation.load_hints import not_loadable_hint

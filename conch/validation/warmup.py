@@ -19,10 +19,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import codecs, datatypes
 from conch.core.errors import ConchError
+from conch.core.findings import Finding, Severity
 from conch.packaging.metadata import WARMUP_FOLDER
 from conch.repository.sequence_config import fed_inputs
 from conch.repository.warmup import warmup_file_path
-from conch.validation.findings import Finding, Severity
 
 WarmupInput: TypeAlias = mc.ModelWarmup.Input
 

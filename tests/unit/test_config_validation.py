@@ -11,6 +11,7 @@ import pytest
 
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core.errors import InvalidArgumentError
+from conch.core.findings import Severity
 from conch.repository.config import parse_config
 from conch.repository.config_validation import (
     check_against_signature,
@@ -18,7 +19,6 @@ from conch.repository.config_validation import (
     identity_findings,
     signature_findings,
 )
-from conch.validation.findings import Severity
 
 IMAGE = ModelSignature(
     inputs=(TensorSignature("image", "FP32", (None, 3, 224, 224)),),

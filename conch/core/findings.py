@@ -1,4 +1,6 @@
-"""What ``conch validate`` reports: one :class:`Finding` per problem, each with a stable code."""
+"""What ``conch validate`` reports: one :class:`Finding` per problem, each with a stable code. In
+``core`` because the server's own config checks (``repository/config_validation.py``) report the same
+findings as the toolchain, which the serving rooms must not import."""
 
 from __future__ import annotations
 
