@@ -48,6 +48,7 @@ test: $(TEST_STAMP)
 	$(call debian_programs,prometheus chromium redis-server)
 	$(VENV)/bin/ruff check conch tests examples bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q
 
 bench: $(TEST_STAMP)

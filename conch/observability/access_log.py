@@ -2,7 +2,7 @@
 
 Off by default (each line is formatted on the event loop, for every request, health probes and
 metrics scrapes included). With ``--access-log true`` the HTTP servers write a record per answer on
-``conch.http.access`` (:mod:`conch.frontends.http.server.server`), and :class:`AccessFields` gives
+``conch.http.access`` (:data:`ACCESS_LOGGER`), and :class:`AccessFields` gives
 each the fields of a JSON line of its own (``event="http_access"``, ``client``, ``method``, ``path``,
 ``http_version``, ``status``), while the text format keeps the common one-line form.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from conch.frontends.http.server.server import ACCESS_LOGGER
-
+#: The logger the HTTP servers write one record per answer on.
+ACCESS_LOGGER = "conch.http.access"
 ACCESS_EVENT = "http_access"
 _FIELDS = ("client", "method", "path", "http_version", "status")
 

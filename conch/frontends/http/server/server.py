@@ -17,16 +17,16 @@ from conch.frontends.http.server.outbox import Outbox
 from conch.frontends.http.server.peers import TrustedProxies
 from conch.frontends.http.server.sweep import check_time, evict, holding
 from conch.frontends.tls import TlsFiles
+from conch.observability.access_log import ACCESS_LOGGER
 
 if TYPE_CHECKING:
     from conch.frontends.http.server.exchange import Exchange
 
-#: ``--access-log``'s records (see :mod:`conch.observability.access_log`).
-ACCESS_LOGGER = "conch.http.access"
 #: How long a stopping server waits for the answers still being written (a stream, say).
 STOP_GRACE_SECS = 5.0
 _BACKLOG = 2048
 
+#: ``--access-log``'s records (see :mod:`conch.observability.access_log`).
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 
