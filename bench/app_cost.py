@@ -82,7 +82,7 @@ def _serving(repository: Path) -> tuple[Any, Any]:
     from conch.lifecycle.model_control import ModelControl
     from conch.release.runner import release_controller
     from conch.repository.model_repository import ModelRepository
-    from conch.serve_settings import ServeSettings
+    from conch.runtime.settings import ServeSettings
     from conch.server import InferenceServer, ServerOptions
     from conch.serving import control_settings
     from conch.usable_cores import usable_cores

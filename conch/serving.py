@@ -52,7 +52,7 @@ from conch.router.circuit_breaker import CircuitBreaker
 from conch.router.strategy import parse_strategy
 from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendStartError, frontends_for
-from conch.serve_settings import ServeSettings
+from conch.runtime.settings import ServeSettings
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling

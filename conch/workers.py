@@ -41,7 +41,7 @@ from conch.observability.metrics import supervisor_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.observability.worker_families import MergedFamilies, merge_families
 from conch.repository.config import parse_config
-from conch.serve_settings import ServeSettings
+from conch.runtime.settings import ServeSettings
 from conch.serving import ServeError, WorkerLink, listen, run
 
 log = logging.getLogger(__name__)

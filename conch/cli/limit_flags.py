@@ -136,7 +136,7 @@ def proxy_list(text: str) -> tuple[str, ...]:
 
 
 def limit_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The limits as :class:`~conch.serve_settings.ServeSettings` keyword arguments."""
+    """The limits as :class:`~conch.runtime.settings.ServeSettings` keyword arguments."""
     http = {}
     for flag, *_ in HTTP_LIMIT_FLAGS:
         http[flag.removeprefix("--http-").replace("-", "_")] = getattr(args, flag[2:].replace("-", "_"))

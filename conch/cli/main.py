@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prefer_iomgr_listener()
     from conch import serving
-    from conch.serve_settings import ServeSettings
+    from conch.runtime.settings import ServeSettings
 
     if args.repository.startswith("s3://"):
         from conch.repository.object_cache import ObjectStoreRepository

@@ -1,2 +1,3 @@
-"""The processes of ``conch serve --frontends N``: frontend processes that own the public ports and
-one model process that owns the scheduler and the models (``docs/architecture.md``)."""
+"""How ``conch serve`` runs: its settings (:mod:`.settings`), and the processes of ``--frontends N``:
+frontend processes that own the public ports and one model process that owns the scheduler and the
+models (``docs/architecture.md``)."""

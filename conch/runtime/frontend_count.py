@@ -24,7 +24,7 @@ from conch.observability import tracing
 from conch.usable_cores import usable_cores
 
 if TYPE_CHECKING:
-    from conch.serve_settings import ServeSettings
+    from conch.runtime.settings import ServeSettings
 
 #: The fewest usable cores at which ``auto`` starts frontends.
 AUTO_FROM_CORES = 8

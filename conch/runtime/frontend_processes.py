@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from conch.gateway.gateway import Gateway
     from conch.observability.gateway_metrics import AnswerCodes
     from conch.observability.inference_log import InferenceLog
-    from conch.serve_settings import ServeSettings
+    from conch.runtime.settings import ServeSettings
     from conch.server import InferenceServer
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from conch.cli.arguments import count_or_auto
 from conch.gateway.gateway import GatewaySettings
 from conch.observability.inference_log import RequestLogSettings
 from conch.runtime.frontend_count import auto_frontends, frontend_count
-from conch.serve_settings import ServeSettings
+from conch.runtime.settings import ServeSettings
 
 
 def auto(**changes: object) -> ServeSettings:
