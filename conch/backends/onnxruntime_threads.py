@@ -40,7 +40,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from conch.backends.onnxruntime import default_intra_op_threads, open_session, read_signature
 from conch.backends.placement import Placement
 from conch.core import datatypes
-from conch.repository.warmup import zero_sample
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ def probe_feed(session: ort.InferenceSession, config: mc.ModelConfig) -> dict[st
         shape = [d for d in dims if d is not None]
         if len(shape) < len(dims) or tensor.datatype == "BYTES":
             return None
-        feed[tensor.name] = zero_sample(datatypes.from_name(tensor.datatype), tuple(shape))
+        feed[tensor.name] = datatypes.zeros(datatypes.from_name(tensor.datatype), tuple(shape))
     return feed
 
 

@@ -6,6 +6,7 @@ backends convert at their own edge (ONNX Runtime wants ``str`` for string tensor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,3 +83,17 @@ def from_numpy(dtype: np.dtype) -> Datatype:
 def config_type_name(config_type: int) -> str:
     """``TYPE_FP32`` style name of a config enum value, for messages."""
     return str(mc.DataType.Name(config_type))
+
+
+def zeros(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
+    """Triton's ``zero_data``: zeros, or empty strings for BYTES."""
+    if datatype.name == "BYTES":
+        return object_array([b""] * math.prod(shape), shape)
+    return np.zeros(shape, dtype=datatype.numpy)
+
+
+def object_array(values: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` as an object array of ``shape`` (numpy would make a bytes array of them)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array.reshape(shape)

@@ -50,7 +50,7 @@ from conch.core.types import InferenceRequest, Tensor
 from conch.lifecycle.shared_result import SharedResult
 from conch.observability.host_metrics import _open_gpus, pynvml
 from conch.repository.model import ModelVersion
-from conch.repository.warmup import warmup_samples, zero_sample
+from conch.repository.warmup import warmup_samples
 from conch.scheduling.scheduler import ScheduledRequest
 from conch.server import InferenceServer
 
@@ -305,7 +305,7 @@ def probe_inputs(config: mc.ModelConfig, model_dir: Path) -> dict[str, np.ndarra
     inputs = {}
     for entry in config.input:
         shape = tuple(1 if d == -1 else d for d in entry.dims)
-        inputs[entry.name] = zero_sample(
+        inputs[entry.name] = datatypes.zeros(
             datatypes.from_config_type(entry.data_type), (1, *shape) if batching else shape
         )
     return inputs

@@ -27,11 +27,11 @@ from conch.backends.python.process import ProcessSettings
 from conch.backends.python.restarts import RestartPolicy
 from conch.core.errors import ConchError, InvalidArgumentError, NotFoundError
 from conch.lifecycle.shared_result import SharedResult
+from conch.lifecycle.warmup import run_warmup
 from conch.observability.events import emit
 from conch.repository import config_validation
 from conch.repository.config import config_to_json
 from conch.repository.model import ModelState, ModelVersion
-from conch.repository.warmup import run_warmup
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 

@@ -33,9 +33,9 @@ from conch.backends.pytorch.program import EXPORT_SUFFIX, Program, import_torch,
 from conch.core.errors import NotFoundError, UnavailableError
 from conch.lifecycle.gpu_fallback import gpu_instances_on_cpu
 from conch.lifecycle.loader import LoadOptions
+from conch.lifecycle.warmup import run_warmup
 from conch.observability.model_loads import record_load_phase
 from conch.repository.model import ModelVersion
-from conch.repository.warmup import run_warmup
 from conch.router.fallback import FallbackPolicy, strategy_from_config
 from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler

@@ -1,4 +1,5 @@
-"""Model warm-up (``model_warmup`` in ``config.pbtxt``), run on every instance before a version is READY.
+"""Model warm-up samples (``model_warmup`` in ``config.pbtxt``), read from the config and the model's
+``warmup/`` folder; :mod:`conch.lifecycle.warmup` runs them on every instance before a version is READY.
 
 Why: the first executions of an ONNX Runtime session allocate its arena and pick kernels, so without
 warm-up the first callers after a (re)load pay for it. Triton's semantics:
@@ -23,10 +24,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import codecs, datatypes
-from conch.core.datatypes import Datatype
 from conch.core.errors import ConchError, InvalidArgumentError
-from conch.core.types import ExecutionTiming
-from conch.scheduling.instance_pool import ModelInstance
 
 WARMUP_FOLDER = "warmup"
 #: Elements one warm-up input may have, its batch included (64 MiB of FP32). A sample only has to
@@ -52,24 +50,6 @@ def warmup_samples(config: mc.ModelConfig, model_dir: Path) -> list[WarmupSample
     """
     batching = config.max_batch_size > 0
     return [_sample(entry, batching, model_dir) for entry in config.model_warmup if entry.batch_size > 0]
-
-
-def run_warmup(instances: list[ModelInstance], config: mc.ModelConfig, model_dir: Path) -> None:
-    """Run each sample on each instance; raise naming the sample when one fails."""
-    output_names = [entry.name for entry in config.output]
-    for sample in warmup_samples(config, model_dir):
-        for instance in instances:
-            for _ in range(max(sample.count, 1)):
-                try:
-                    instance.run(sample.inputs, output_names, ExecutionTiming())
-                except ConchError as exc:
-                    raise InvalidArgumentError(
-                        f"warm-up sample '{sample.name}' failed: {exc.message}"
-                    ) from None
-                except Exception as exc:  # e.g. dims that do not fit the input's reshape
-                    raise InvalidArgumentError(
-                        f"warm-up sample '{sample.name}' failed: {type(exc).__name__}: {exc}"
-                    ) from None
 
 
 def _sample(entry: mc.ModelWarmup, batching: bool, model_dir: Path) -> WarmupSample:
@@ -105,17 +85,12 @@ def _one_sample(
         except ConchError as exc:
             raise InvalidArgumentError(f"{where}: {exc.message}") from None
     if source == "random_data" and datatype.name == "BYTES":
-        return _object_array([str(v).encode() for v in rng.integers(0, 100, size=math.prod(shape))], shape)
+        return datatypes.object_array(
+            [str(v).encode() for v in rng.integers(0, 100, size=math.prod(shape))], shape
+        )
     if source == "random_data" and datatype.numpy.kind in "iuf":
         return rng.integers(0, 10, size=shape).astype(datatype.numpy)
-    return zero_sample(datatype, shape)
-
-
-def zero_sample(datatype: Datatype, shape: tuple[int, ...]) -> np.ndarray:
-    """Triton's ``zero_data``: zeros, or empty strings for BYTES."""
-    if datatype.name == "BYTES":
-        return _object_array([b""] * math.prod(shape), shape)
-    return np.zeros(shape, dtype=datatype.numpy)
+    return datatypes.zeros(datatype, shape)
 
 
 def warmup_file_path(model_dir: Path, name: str) -> Path | None:
@@ -150,7 +125,7 @@ def read_warmup_file(model_dir: Path, spec: mc.ModelWarmup.Input) -> np.ndarray:
                 f"file '{spec.input_data_file}' holds {len(elements)} BYTES elements; dims {list(shape)} "
                 f"need {count}"
             )
-        return _object_array(elements[:count], shape)
+        return datatypes.object_array(elements[:count], shape)
     needed = count * datatype.item_size
     if len(data) < needed:
         raise InvalidArgumentError(
@@ -159,9 +134,3 @@ def read_warmup_file(model_dir: Path, spec: mc.ModelWarmup.Input) -> np.ndarray:
         )
     little_endian = datatype.numpy.newbyteorder("<")
     return np.frombuffer(data, dtype=little_endian, count=count).astype(datatype.numpy).reshape(shape)
-
-
-def _object_array(values: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
-    array = np.empty(len(values), dtype=object)
-    array[:] = values
-    return array.reshape(shape)

@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
 from conch.core.datatypes import Datatype
-from conch.repository.warmup import read_warmup_file, zero_sample
+from conch.repository.warmup import read_warmup_file
 from conch.scheduling.sequence_settings import SequenceSettings
 from conch.validation.warmup import WarmupInput, first_sample
 
@@ -79,7 +79,7 @@ def _input_array(
     if source == "input_data_file":
         one = read_warmup_file(model_dir, spec)
     else:
-        one = zero_sample(datatype, tuple(spec.dims))
+        one = datatypes.zeros(datatype, tuple(spec.dims))
     if batch_rows is None:
         return one
     return np.stack([one] + [_vary(one, rng) for _ in range(batch_rows - 1)])
