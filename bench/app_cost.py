@@ -80,15 +80,15 @@ def _serving(repository: Path) -> tuple[Any, Any]:
     from conch.frontends.http.app import HttpFrontend
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ModelControl
+    from conch.models.served_models import ServedModels
     from conch.release.runner import release_controller
-    from conch.repository.model_repository import ModelRepository
     from conch.runtime.settings import ServeSettings
     from conch.server import InferenceServer, ServerOptions
     from conch.serving import control_settings
     from conch.usable_cores import usable_cores
 
     settings = ServeSettings(repository=repository)
-    models = ModelRepository(repository)
+    models = ServedModels(repository)
     loader = ModelLoader(LoadOptions(cpu_cores=usable_cores()))
     control = ModelControl(models, loader, control_settings(settings))
     releases = release_controller(models, control, repository.parent / "state")

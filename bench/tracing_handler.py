@@ -33,15 +33,15 @@ async def handler_us(repository: Path, traced: str) -> float:
     from conch.lifecycle.backend_builders import register_backend_builders
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
-    from conch.repository.model_repository import ModelRepository
-    from conch.router.circuit_breaker import CircuitBreakerSettings
+    from conch.models.circuit_breaker import CircuitBreakerSettings
+    from conch.models.served_models import ServedModels
     from conch.server import InferenceServer, ServerOptions
 
     if traced:
         from conch.observability import tracing
 
         tracing.start(tracing.TraceSettings(endpoint=traced, sample_ratio=1.0), {})
-    models = ModelRepository(repository)
+    models = ServedModels(repository)
     options = LoadOptions(
         default_max_batch_size=4,
         cpu_cores=1,

@@ -25,8 +25,8 @@ from conch.core.data_lineage import Lineage, lineage_of
 from conch.core.request_validation import validate_contracted_request, validate_request
 from conch.core.response_stream import ResponseStream
 from conch.core.types import InferenceRequest
+from conch.models.model import ModelVersion
 from conch.observability.contract_metrics import FIGURES
-from conch.repository.model import ModelVersion
 from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 from conch.scheduling.sequence_rules import refuse_sequence_parameters
 

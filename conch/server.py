@@ -19,14 +19,14 @@ from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.core.version import VERSION
 from conch.lifecycle.load_request import check_unload_parameters, config_override
 from conch.lifecycle.model_control import ModelControl
+from conch.models.fallback import is_device_error
+from conch.models.model import ModelVersion
+from conch.models.served_models import ServedModels
 from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.release.controller import ReleaseController, spec_from_body
 from conch.repository.config import config_to_json, tensor_metadata
-from conch.repository.model import ModelVersion
-from conch.repository.model_repository import ModelRepository
 from conch.request_contract import answer_parameters, scheduled_request
-from conch.router.fallback import business_answer, is_device_error
 from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
 from conch.scheduling.scheduler import RequestsInFlight
@@ -67,7 +67,7 @@ class InferenceServer:
 
     def __init__(
         self,
-        repository: ModelRepository,
+        repository: ServedModels,
         options: ServerOptions | None = None,
         control: ModelControl | None = None,
         releases: ReleaseController | None = None,
@@ -265,7 +265,7 @@ class InferenceServer:
         route = self.router.route(request.model_name, request.model_version, route_key_of(request.parameters))
         served = route.version
         if served is None:
-            return business_answer(request, route)
+            return route.business_answer(request)
         if served.decoupled:
             raise InvalidArgumentError(
                 f"{endpoint} doesn't support models with decoupled transaction policy: model "

@@ -35,6 +35,9 @@ from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.drain import drain
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
+from conch.models.circuit_breaker import CircuitBreaker
+from conch.models.served_models import ServedModels
+from conch.models.strategy import parse_strategy
 from conch.observability import tracing
 from conch.observability.access_log import enable_access_log
 from conch.observability.circuit_metrics import CircuitBreakerCollector
@@ -47,9 +50,6 @@ from conch.observability.metrics import create_registry, process_collectors
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.worker_families import own_families
 from conch.release import runner as release_runner
-from conch.repository.model_repository import ModelRepository
-from conch.router.circuit_breaker import CircuitBreaker
-from conch.router.strategy import parse_strategy
 from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendStartError, frontends_for
 from conch.runtime.settings import ServeSettings
@@ -103,7 +103,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         breakers_on=settings.circuit_breaker,
         fallback_levels=parse_strategy(settings.fallback_strategy, "--fallback-strategy"),
     )
-    repository = ModelRepository(settings.repository)
+    repository = ServedModels(settings.repository)
     control = ModelControl(repository, ModelLoader(options), control_settings(settings))
     releases, verdicts = release_runner.release_controller(
         repository, control, settings.state_dir, settings.release_store

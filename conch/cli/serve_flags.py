@@ -90,7 +90,7 @@ BREAKER_FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
 def breaker_defaults(args: argparse.Namespace) -> Any:
     """The ``--circuit-breaker-*`` flags as settings; raises ValueError (with the fix) when inconsistent."""
     from conch.core.errors import ConchError
-    from conch.router.circuit_breaker import CircuitBreakerSettings
+    from conch.models.circuit_breaker import CircuitBreakerSettings
 
     try:
         return CircuitBreakerSettings(
@@ -109,7 +109,7 @@ def breaker_defaults(args: argparse.Namespace) -> Any:
 def fallback_strategy(text: str) -> str:
     """A ``MODEL->CPU->BUSINESS`` strategy, checked here so a typo stops the server before it starts."""
     from conch.core.errors import ConchError
-    from conch.router.strategy import parse_strategy
+    from conch.models.strategy import parse_strategy
 
     try:
         parse_strategy(text, "--fallback-strategy")

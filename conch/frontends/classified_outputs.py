@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from conch.core.classification import labels_for, top_k
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
-from conch.repository.model_repository import ModelRepository
+from conch.models.served_models import ServedModels
 
 
 def classify_outputs(
-    repository: ModelRepository, request: InferenceRequest, response: InferenceResponse
+    repository: ServedModels, request: InferenceRequest, response: InferenceResponse
 ) -> None:
     """Rank, in place, each output of ``response`` that ``request`` asked classes of."""
     counts = {output.name: output.classification for output in request.outputs if output.classification}

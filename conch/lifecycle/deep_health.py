@@ -48,8 +48,8 @@ from conch.core.errors import ConchError, InternalError
 from conch.core.request_validation import validate_request
 from conch.core.types import InferenceRequest, Tensor
 from conch.lifecycle.shared_result import SharedResult
+from conch.models.model import ModelVersion
 from conch.observability.host_metrics import _open_gpus, pynvml
-from conch.repository.model import ModelVersion
 from conch.repository.warmup import warmup_samples
 from conch.scheduling.scheduler import ScheduledRequest
 from conch.server import InferenceServer

@@ -8,9 +8,9 @@ lacks and how to get it.
 from __future__ import annotations
 
 from conch.core.errors import UnavailableError
-from conch.repository.model import ModelVersion
-from conch.router.fallback import FallbackPolicy, FallbackReason, mark_cpu_fallback
-from conch.router.strategy import FallbackLevel
+from conch.models.fallback import FallbackPolicy, FallbackReason, mark_cpu_fallback
+from conch.models.model import ModelVersion
+from conch.models.strategy import FallbackLevel
 
 #: Why an ONNX model's KIND_GPU instances cannot run on a GPU here, and the backend's own way out.
 ONNX_WITHOUT_CUDA = (

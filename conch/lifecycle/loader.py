@@ -30,26 +30,26 @@ from conch.lifecycle.fingerprint import config_text, version_fingerprint
 from conch.lifecycle.gpu_fallback import ONNX_WITHOUT_CUDA, gpu_instances_on_cpu
 from conch.lifecycle.rejected_versions import RejectedVersion, rejected_note, still_rejected
 from conch.lifecycle.warmup import run_warmup
-from conch.observability.events import emit
-from conch.observability.model_loads import record_load
-from conch.repository import autocomplete, config_validation
-from conch.repository.config import fields_set_in_text, parse_config
-from conch.repository.model import Model, ModelState, ModelVersion
-from conch.repository.quantized_twin import twin_from_config
-from conch.repository.version_policy import select_versions, version_folders
-from conch.router.circuit_breaker import (
+from conch.models.circuit_breaker import (
     CircuitBreaker,
     CircuitBreakerSettings,
     Transition,
     settings_from_config,
 )
-from conch.router.fallback import (
+from conch.models.fallback import (
     FallbackPolicy,
     FallbackReason,
     policy_from_config,
     strategy_from_config,
 )
-from conch.router.strategy import FallbackLevel
+from conch.models.model import Model, ModelState, ModelVersion
+from conch.models.strategy import FallbackLevel
+from conch.observability.events import emit
+from conch.observability.model_loads import record_load
+from conch.repository import autocomplete, config_validation
+from conch.repository.config import fields_set_in_text, parse_config
+from conch.repository.quantized_twin import twin_from_config
+from conch.repository.version_policy import select_versions, version_folders
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler

@@ -38,9 +38,9 @@ from conch.core.errors import ConchError, InvalidArgumentError, UnavailableError
 from conch.lifecycle.fingerprint import model_fingerprint
 from conch.lifecycle.loader import ModelLoader
 from conch.lifecycle.rejected_versions import RejectedVersion
+from conch.models.model import Model, ModelVersion
+from conch.models.served_models import ServedModels
 from conch.observability.events import emit
-from conch.repository.model import Model, ModelVersion
-from conch.repository.model_repository import ModelRepository
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class ControlSettings:
 class ModelControl:
     """Loads, swaps and unloads the models of one repository; the only writer of ``repository.models``."""
 
-    def __init__(self, repository: ModelRepository, loader: ModelLoader, settings: ControlSettings) -> None:
+    def __init__(self, repository: ServedModels, loader: ModelLoader, settings: ControlSettings) -> None:
         self.repository = repository
         self.loader = loader
         self.settings = settings

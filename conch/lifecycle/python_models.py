@@ -28,10 +28,10 @@ from conch.backends.python.restarts import RestartPolicy
 from conch.core.errors import ConchError, InvalidArgumentError, NotFoundError
 from conch.lifecycle.shared_result import SharedResult
 from conch.lifecycle.warmup import run_warmup
+from conch.models.model import ModelState, ModelVersion
 from conch.observability.events import emit
 from conch.repository import config_validation
 from conch.repository.config import config_to_json
-from conch.repository.model import ModelState, ModelVersion
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 

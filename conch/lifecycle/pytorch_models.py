@@ -34,10 +34,10 @@ from conch.core.errors import NotFoundError, UnavailableError
 from conch.lifecycle.gpu_fallback import gpu_instances_on_cpu
 from conch.lifecycle.loader import LoadOptions
 from conch.lifecycle.warmup import run_warmup
+from conch.models.fallback import FallbackPolicy, strategy_from_config
+from conch.models.model import ModelVersion
+from conch.models.strategy import FallbackLevel
 from conch.observability.model_loads import record_load_phase
-from conch.repository.model import ModelVersion
-from conch.router.fallback import FallbackPolicy, strategy_from_config
-from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler

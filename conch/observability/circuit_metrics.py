@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conch.router.circuit_breaker import CircuitBreaker, CircuitState
+from conch.models.circuit_breaker import CircuitBreaker, CircuitState
 
 Breakers = Callable[[], Iterable[tuple[str, str, CircuitBreaker]]]
 """Returns (model, version, breaker) for every served version that has a breaker."""

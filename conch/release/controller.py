@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from conch.models.served_models import ServedModels
 from conch.observability.events import emit
 from conch.release.gate import Judgement
 from conch.release.model_release import (
@@ -48,7 +49,6 @@ from conch.release.state import ACTIONS, Release, ReleaseEvent, ReleaseState
 from conch.release.store import ReleaseStore
 from conch.release.traffic import ReleaseTraffic
 from conch.release.verdicts import READMITTED, Rejection, Verdict, VerdictBook, release_digest
-from conch.repository.model_repository import ModelRepository
 from conch.repository.version_policy import version_folders
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ReleaseController(ReleaseTraffic):
 
     def __init__(
         self,
-        repository: ModelRepository,
+        repository: ServedModels,
         store: ReleaseStore | None,
         clock: Callable[[], float] = time.time,
     ) -> None:

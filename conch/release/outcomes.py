@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from conch.models.model import Model
 from conch.release.model_release import ModelRelease
 from conch.release.spec import ReleaseSpec
 from conch.release.state import Release, ReleaseEvent, ReleaseState
@@ -29,7 +30,6 @@ from conch.release.verdicts import (
     Verdict,
     readmit_hint,
 )
-from conch.repository.model import Model
 
 
 def verdicts_of(

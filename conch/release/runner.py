@@ -14,13 +14,13 @@ from typing import Any
 
 from conch.lifecycle.fingerprint import content_fingerprint
 from conch.lifecycle.model_control import ControlMode, ModelControl
+from conch.models.served_models import ServedModels
 from conch.observability.events import emit
 from conch.release.controller import ReleaseController
 from conch.release.declarations import reconcile_files, resume_saved
 from conch.release.store import ReleaseStore
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import REJECTED, Verdict
-from conch.repository.model_repository import ModelRepository
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def default_store(repository: Path) -> str:
 
 
 def release_controller(
-    repository: ModelRepository, control: ModelControl, state_dir: str, store_location: str
+    repository: ServedModels, control: ModelControl, state_dir: str, store_location: str
 ) -> tuple[ReleaseController, VerdictStore]:
     """The releases of this repository, saved in ``state_dir`` (``--state-dir``; empty: ``.conch-state``
     beside the repository) with their verdicts in the store at ``store_location`` (``--release-store``;

@@ -4,7 +4,7 @@ The lifecycle decides which versions exist; this decides, per request, which one
 
 1. A request that names a version gets that version (404/503 as before), through its breaker.
 2. A request that names none gets the newest READY version. When that version's circuit is open, or a
-   newer version failed to load, the model's fallback policy (:mod:`conch.router.fallback`) may send
+   newer version failed to load, the model's fallback policy (:mod:`conch.models.fallback`) may send
    it to the newest earlier version (``MODEL``), or answer the business default (``BUSINESS``).
 3. Without a fallback, an open circuit answers 503 at once: a failing version fails fast.
 
@@ -20,20 +20,19 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from conch.core.errors import UnavailableError
+from conch.models.circuit_breaker import CallOutcome
+from conch.models.fallback import FallbackReason, mark_cpu_fallback
+from conch.models.model import Model, ModelVersion, Route
+from conch.models.served_models import ServedModels
+from conch.models.strategy import FallbackLevel
 from conch.observability.events import emit
 from conch.release.controller import ReleaseController
-from conch.repository.model import Model, ModelVersion
-from conch.repository.model_repository import ModelRepository
-from conch.router.circuit_breaker import CallOutcome
-from conch.router.fallback import FallbackReason, business_outputs, mark_cpu_fallback
 from conch.router.release_split import pick
 from conch.router.shadow import ShadowRunner
-from conch.router.strategy import FallbackLevel
 from conch.scheduling.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)
@@ -42,36 +41,12 @@ log = logging.getLogger(__name__)
 LOG_EVERY_S = 10.0
 
 
-@dataclass(frozen=True)
-class Route:
-    """Where a request goes: a version, or the business default; and the fallback that chose it."""
-
-    version: ModelVersion | None
-    level: FallbackLevel | None = None
-    reason: FallbackReason | None = None
-    model: Model | None = None
-    #: Chosen by a release's split: its answer counts for the release's gate.
-    released: bool = False
-
-    @property
-    def parameters(self) -> dict[str, str]:
-        """The response parameters a fallback answer carries (none for a normal answer)."""
-        if self.level is None or self.reason is None:
-            return {}
-        return {"fallback_level": self.level.value, "fallback_reason": self.reason.value}
-
-    def business_outputs(self, rows: int) -> dict[str, np.ndarray]:
-        assert self.model is not None and self.model.fallback is not None
-        batching = self.model.max_batch_size > 0
-        return business_outputs(self.model.fallback.business_default, rows, batching)
-
-
 class VersionRouter:
     """Routes requests of one repository; counts the fallbacks it takes."""
 
     def __init__(
         self,
-        repository: ModelRepository,
+        repository: ServedModels,
         clock: Callable[[], float] = time.monotonic,
         releases: ReleaseController | None = None,
     ) -> None:

@@ -19,11 +19,11 @@ import numpy as np
 
 from conch.core import datatypes
 from conch.core.errors import ConchError
+from conch.models.model import ModelVersion
 from conch.observability import tracing
 from conch.observability.trace_settings import MODEL_ATTRIBUTE
 from conch.release.compare import compare_outputs
 from conch.release.controller import ReleaseController
-from conch.repository.model import ModelVersion
 from conch.scheduling.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)

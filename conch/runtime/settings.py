@@ -16,9 +16,9 @@ from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
 from conch.gateway.gateway import GatewaySettings
 from conch.lifecycle.deep_health import DeepHealthSettings
+from conch.models.circuit_breaker import CircuitBreakerSettings
 from conch.observability.inference_log import RequestLogSettings
 from conch.observability.tracing import TraceSettings
-from conch.router.circuit_breaker import CircuitBreakerSettings
 from conch.streams.config import StreamsConfig
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
-from conch.repository.model_repository import ModelRepository
+from conch.models.served_models import ServedModels
 from conch.repository.object_cache import ObjectStoreRepository, mirrored_from, sync
 from conch.repository.object_store import ObjectStoreError, ObjectStoreLocationError
 from tests.fixtures.onnx_models import add_sub_model
@@ -247,7 +247,7 @@ def test_a_poll_scan_after_poll_refresh_serves_the_new_version(moto: MotoS3, tmp
     started.sync()
     store = mirrored_from(started.root)
     assert store is not None
-    repository = ModelRepository(store.root)
+    repository = ServedModels(store.root)
     settings = ControlSettings(mode=ControlMode.POLL, poll_secs=0.1, settle_secs=0.05)
     control = ModelControl(repository, ModelLoader(LoadOptions(cpu_cores=1)), settings)
     control.before_scan = store.poll_refresh

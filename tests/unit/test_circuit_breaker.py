@@ -17,9 +17,7 @@ from conch.core.errors import (
     NotFoundError,
     UnavailableError,
 )
-from conch.observability.circuit_metrics import CircuitBreakerCollector
-from conch.observability.exposition import render
-from conch.router.circuit_breaker import (
+from conch.models.circuit_breaker import (
     CallOutcome,
     CircuitBreaker,
     CircuitBreakerSettings,
@@ -27,6 +25,8 @@ from conch.router.circuit_breaker import (
     Transition,
     settings_from_config,
 )
+from conch.observability.circuit_metrics import CircuitBreakerCollector
+from conch.observability.exposition import render
 
 CLOSED, OPEN, HALF_OPEN = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 SUCCESS, FAILURE, CLIENT_ERROR = CallOutcome.SUCCESS, CallOutcome.FAILURE, CallOutcome.CLIENT_ERROR

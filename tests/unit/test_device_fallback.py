@@ -18,10 +18,10 @@ from conch.backends import onnxruntime as ort_backend
 from conch.backends.placement import Placement
 from conch.core.errors import InternalError
 from conch.core.types import ExecutionTiming, InferenceRequest, Tensor
-from conch.repository.model import Model, ModelState, ModelVersion
-from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import FallbackPolicy, is_device_error
-from conch.router.strategy import FallbackLevel
+from conch.models.fallback import FallbackPolicy, is_device_error
+from conch.models.model import Model, ModelState, ModelVersion
+from conch.models.served_models import ServedModels
+from conch.models.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler
@@ -67,7 +67,7 @@ def served_version(tmp_path: Path, gpu: FailingGpuInstance, with_cpu: bool) -> M
 
 
 def server_for(version: ModelVersion) -> InferenceServer:
-    repository = ModelRepository(Path("."))
+    repository = ServedModels(Path("."))
     repository.models["m"] = Model("m", versions={1: version}, fallback=FallbackPolicy((FallbackLevel.CPU,)))
     server = InferenceServer(repository)
     server.started = True

@@ -9,7 +9,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from conch.frontends.grpc.grpc_server import generic_handlers_only
 from conch.frontends.grpc.servicer import InferenceServicer
-from conch.repository.model_repository import ModelRepository
+from conch.models.served_models import ServedModels
 from conch.server import InferenceServer, ServerOptions
 
 SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -24,7 +24,7 @@ class CallDetails(NamedTuple):
 
 @pytest.fixture(scope="module")
 def servicer(tmp_path_factory: pytest.TempPathFactory) -> InferenceServicer:
-    repository = ModelRepository(tmp_path_factory.mktemp("repository"))
+    repository = ServedModels(tmp_path_factory.mktemp("repository"))
     return InferenceServicer(InferenceServer(repository, ServerOptions()))
 
 

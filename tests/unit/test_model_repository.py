@@ -10,14 +10,14 @@ import pytest
 
 from conch.core.errors import NotFoundError
 from conch.lifecycle.loader import LoadOptions
-from conch.repository.model import ModelState
-from conch.repository.model_repository import ModelRepository
+from conch.models.model import ModelState
+from conch.models.served_models import ServedModels
 from tests.fixtures.model_folders import load_repository
 from tests.fixtures.onnx_models import add_sub_model, fixed_shape_model, string_model, write_repository
 
 
 @contextmanager
-def loaded(root: Path, options: LoadOptions | None = None) -> Iterator[ModelRepository]:
+def loaded(root: Path, options: LoadOptions | None = None) -> Iterator[ServedModels]:
     """``root`` loaded as the server loads it at start-up, closed on exit."""
     repository = load_repository(root, options)
     try:
@@ -27,7 +27,7 @@ def loaded(root: Path, options: LoadOptions | None = None) -> Iterator[ModelRepo
 
 
 @pytest.fixture
-def repository(tmp_path: Path) -> Iterator[ModelRepository]:
+def repository(tmp_path: Path) -> Iterator[ServedModels]:
     """A repository with one model of each outcome; closed after the test."""
     root = write_repository(
         tmp_path / "models",
@@ -47,11 +47,11 @@ def repository(tmp_path: Path) -> Iterator[ModelRepository]:
         yield repository
 
 
-def test_models_are_the_folders(repository: ModelRepository) -> None:
+def test_models_are_the_folders(repository: ServedModels) -> None:
     assert sorted(repository.models) == ["broken_config", "fixed", "renamed", "simple", "text"]
 
 
-def test_good_model_is_ready_with_a_completed_config(repository: ModelRepository) -> None:
+def test_good_model_is_ready_with_a_completed_config(repository: ServedModels) -> None:
     simple = repository.model("simple")
 
     assert simple.state is ModelState.READY
@@ -62,7 +62,7 @@ def test_good_model_is_ready_with_a_completed_config(repository: ModelRepository
     assert version.scheduler is not None
 
 
-def test_fixed_shape_model_with_two_instances(repository: ModelRepository) -> None:
+def test_fixed_shape_model_with_two_instances(repository: ServedModels) -> None:
     version = repository.model("fixed").ready_version("1")
 
     assert version.config.max_batch_size == 0
@@ -70,7 +70,7 @@ def test_fixed_shape_model_with_two_instances(repository: ModelRepository) -> No
     assert version.scheduler is not None
 
 
-def test_unparsable_config_leaves_the_model_unavailable_without_versions(repository: ModelRepository) -> None:
+def test_unparsable_config_leaves_the_model_unavailable_without_versions(repository: ServedModels) -> None:
     broken = repository.model("broken_config")
 
     assert broken.state is ModelState.UNAVAILABLE
@@ -78,14 +78,14 @@ def test_unparsable_config_leaves_the_model_unavailable_without_versions(reposit
     assert broken.reason.startswith("config.pbtxt does not parse: 2:")
 
 
-def test_config_name_must_match_the_folder(repository: ModelRepository) -> None:
+def test_config_name_must_match_the_folder(repository: ServedModels) -> None:
     renamed = repository.model("renamed")
 
     assert renamed.state is ModelState.UNAVAILABLE
     assert renamed.reason == "config name 'original' does not match its folder 'renamed'"
 
 
-def test_a_version_that_is_not_onnx_is_unavailable_alone(repository: ModelRepository) -> None:
+def test_a_version_that_is_not_onnx_is_unavailable_alone(repository: ServedModels) -> None:
     text = repository.model("text")
 
     assert text.state is ModelState.READY
@@ -98,12 +98,12 @@ def test_a_version_that_is_not_onnx_is_unavailable_alone(repository: ModelReposi
     assert text.version("").version == 1
 
 
-def test_unknown_model_is_not_found(repository: ModelRepository) -> None:
+def test_unknown_model_is_not_found(repository: ServedModels) -> None:
     with pytest.raises(NotFoundError, match=r"^Request for unknown model: 'bert' is not found$"):
         repository.model("bert")
 
 
-def test_unknown_model_suggests_the_closest_served_names(repository: ModelRepository) -> None:
+def test_unknown_model_suggests_the_closest_served_names(repository: ServedModels) -> None:
     close = next(iter(repository.models))
     typo = close[:-1]
 
@@ -114,7 +114,7 @@ def test_unknown_model_suggests_the_closest_served_names(repository: ModelReposi
     assert f"'{close}'" in caught.value.message
 
 
-def test_index_has_one_entry_per_version_or_per_failed_model(repository: ModelRepository) -> None:
+def test_index_has_one_entry_per_version_or_per_failed_model(repository: ServedModels) -> None:
     entries = {(e["name"], e["version"]): (e["state"], e["reason"]) for e in repository.index()}
 
     assert entries.keys() == {
@@ -133,13 +133,13 @@ def test_index_has_one_entry_per_version_or_per_failed_model(repository: ModelRe
     assert entries["text", "2"][0] == "UNAVAILABLE"
 
 
-def test_index_of_ready_versions(repository: ModelRepository) -> None:
+def test_index_of_ready_versions(repository: ServedModels) -> None:
     ready = [(e["name"], e["version"]) for e in repository.index(ready_only=True)]
 
     assert ready == [("fixed", "1"), ("simple", "1"), ("text", "1")]
 
 
-def test_all_ready_needs_every_version_of_every_model(repository: ModelRepository, tmp_path: Path) -> None:
+def test_all_ready_needs_every_version_of_every_model(repository: ServedModels, tmp_path: Path) -> None:
     assert not repository.all_ready
 
     with loaded(write_repository(tmp_path / "healthy", {"simple": (add_sub_model(), None)})) as healthy:

@@ -17,7 +17,7 @@ from conch.backends.onnxruntime_threads import PROBE_ROWS, one_thread_session, p
 from conch.backends.placement import Placement
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlSettings, ModelControl
-from conch.repository.model_repository import ModelRepository
+from conch.models.served_models import ServedModels
 from tests.fixtures.onnx_models import (
     add_sub_model,
     slow_identity_model,
@@ -97,7 +97,7 @@ def test_the_probe_feeds_the_largest_batch_up_to_its_cap(tmp_path: Path) -> None
 
 
 def test_the_loader_serves_a_short_model_on_one_thread_and_a_long_one_on_the_cores(tmp_path: Path) -> None:
-    repository = ModelRepository(
+    repository = ServedModels(
         write_repository(
             tmp_path / "models",
             {

@@ -22,11 +22,11 @@ from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming, InferenceRequest, Tensor
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.pytorch_models import PyTorchModelBuilder, cpu_build
+from conch.models.fallback import FallbackPolicy, is_device_error
+from conch.models.model import Model, ModelState, ModelVersion
+from conch.models.served_models import ServedModels
+from conch.models.strategy import FallbackLevel
 from conch.observability.model_loads import MODEL_LOADS
-from conch.repository.model import Model, ModelState, ModelVersion
-from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import FallbackPolicy, is_device_error
-from conch.router.strategy import FallbackLevel
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.server import InferenceServer
@@ -248,7 +248,7 @@ def test_a_gpu_out_of_memory_moves_the_version_to_itscpu_build(tmp_path: Path) -
     )
     settings = PyTorchOptions(half=True, channels_last=True)
     version.cpu_fallback = cpu_build(torch, tmp_path / "cnn" / "1" / "model.pt", version, settings, 2, "cnn")
-    repository = ModelRepository(tmp_path)
+    repository = ServedModels(tmp_path)
     repository.models["cnn"] = Model(
         "cnn", versions={1: version}, fallback=FallbackPolicy((FallbackLevel.CPU,))
     )

@@ -17,12 +17,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
+from conch.models.fallback import FallbackReason, mark_cpu_fallback
+from conch.models.model import Model, ModelState, ModelVersion
+from conch.models.served_models import ServedModels
+from conch.models.strategy import FallbackLevel
 from conch.observability.statistics import ModelStatistics
-from conch.repository.model import Model, ModelState, ModelVersion
-from conch.repository.model_repository import ModelRepository
-from conch.router.fallback import FallbackReason, mark_cpu_fallback
 from conch.router.router import VersionRouter
-from conch.router.strategy import FallbackLevel
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, QueuePolicy, shape_key
 from conch.scheduling.dynamic_batcher import DynamicBatcher
 from conch.scheduling.instance_pool import InstancePool
@@ -51,7 +51,7 @@ def test_the_newest_ready_version_is_the_last_of_the_ready_versions_in_every_cas
 
 
 def router_for(*versions: ModelVersion) -> VersionRouter:
-    repository = ModelRepository(Path("."))
+    repository = ServedModels(Path("."))
     repository.models["m"] = Model("m", versions={v.version: v for v in versions}, max_batch_size=4)
     return VersionRouter(repository)
 

@@ -229,7 +229,7 @@ def test_a_shape_with_any_size_dimensions_fits_any_size_there() -> None:
 
 
 def test_a_served_version_reads_its_rules_once_and_checks_by_them() -> None:
-    from conch.repository.model import ModelVersion
+    from conch.models.model import ModelVersion
 
     version = ModelVersion("tagger", 1, CONFIG)
     rules = version.request_rules

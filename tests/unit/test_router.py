@@ -10,17 +10,17 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import InternalError, InvalidArgumentError, UnavailableError
-from conch.repository.model import Model, ModelState, ModelVersion
-from conch.repository.model_repository import ModelRepository
-from conch.router.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
-from conch.router.fallback import (
+from conch.models.circuit_breaker import CircuitBreaker, CircuitBreakerSettings
+from conch.models.fallback import (
     FallbackPolicy,
     FallbackReason,
     business_outputs,
     policy_from_config,
 )
+from conch.models.model import Model, ModelState, ModelVersion
+from conch.models.served_models import ServedModels
+from conch.models.strategy import FallbackLevel, parse_strategy
 from conch.router.router import LOG_EVERY_S, VersionRouter
-from conch.router.strategy import FallbackLevel, parse_strategy
 
 OUTPUTS = (
     'output [ { name: "score" data_type: TYPE_FP32 dims: [ 2 ] }, '
@@ -58,7 +58,7 @@ def version(number: int, ready: bool = True, breaker: bool = False, standby: boo
 
 
 def router_for(*versions: ModelVersion, levels: str = "") -> tuple[VersionRouter, Clock]:
-    repository = ModelRepository(Path("."))
+    repository = ServedModels(Path("."))
     model = Model("m", versions={v.version: v for v in versions})
     model.fallback = policy_from_config(
         config(business(DEFAULT)),

@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.types import ExecutionTiming
 from conch.lifecycle.warmup import run_warmup
-from conch.repository.model import ModelState
+from conch.models.model import ModelState
 from conch.repository.warmup import warmup_samples
 from tests.fixtures.model_folders import load_repository
 from tests.fixtures.onnx_models import add_sub_model, string_model, write_repository

@@ -18,7 +18,7 @@ from conch.backends.ensemble.plan import EnsemblePlan, plan_ensemble
 from conch.backends.ensemble.scheduler import EnsembleScheduler, Infer, StepModels, ensemble_steps
 from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.core.errors import ConchError, InvalidArgumentError
-from conch.repository.model import ModelVersion
+from conch.models.model import ModelVersion
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.models.model import Model, ModelVersion
 from conch.observability.statistics import ModelStatistics
 from conch.observability.trace_settings import MODEL_ATTRIBUTE
 from conch.observability.tracing import RequestTrace
-from conch.repository.model import Model, ModelVersion
 from conch.scheduling.scheduler import ScheduledRequest
 
 #: The server's request path: :meth:`InferenceServer.infer` for requests already admitted.

@@ -22,7 +22,7 @@ import orjson
 from conch.core import datatypes
 from conch.core.errors import ConchError, InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
-from conch.repository.model import ModelVersion
+from conch.models.model import ModelVersion
 
 SSE_CONTENT_TYPE = b"text/event-stream; charset=utf-8"
 

@@ -21,19 +21,15 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
-from conch.core.types import InferenceRequest, InferenceResponse, Tensor
+from conch.models.strategy import STRATEGY_PARAMETER, FallbackLevel, parse_strategy
 from conch.observability.events import emit
-from conch.router.strategy import STRATEGY_PARAMETER, FallbackLevel, parse_strategy
-
-if TYPE_CHECKING:
-    from conch.router.router import Route
 
 log = logging.getLogger(__name__)
 
@@ -169,31 +165,9 @@ def mark_cpu_fallback(version: ModelVersionLike, reason: FallbackReason, **detai
 
 
 class ModelVersionLike(Protocol):
-    """What :func:`mark_cpu_fallback` needs of a served version (``conch.repository.model`` imports this
+    """What :func:`mark_cpu_fallback` needs of a served version (``conch.models.model`` imports this
     module, so the type is named by shape)."""
 
     name: str
     version: int
     fallback_marker: tuple[FallbackLevel | None, FallbackReason | None]
-
-
-def business_answer(request: InferenceRequest, route: Route) -> InferenceResponse:
-    """The BUSINESS fallback's answer: the configured default for each row, for the outputs asked for."""
-    model = route.model
-    assert model is not None and model.fallback is not None
-    known = model.fallback.business_default
-    wanted = [o.name for o in request.outputs] or sorted(known)
-    unknown = [name for name in wanted if name not in known]
-    if unknown:
-        raise InvalidArgumentError(
-            f"unexpected inference output(s) {unknown} for model '{model.name}'; its outputs are "
-            f"{sorted(known)}"
-        )
-    outputs = route.business_outputs(request.batch_size(model.max_batch_size > 0))
-    return InferenceResponse(
-        model_name=request.model_name,
-        model_version="",
-        id=request.id,
-        outputs=[Tensor.of(n, outputs[n]) for n in wanted],
-        parameters=route.parameters,
-    )

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from conch.core.errors import NotFoundError, did_you_mean
-from conch.repository.model import Model, ModelVersion
+from conch.models.model import Model, ModelVersion
 
 log = logging.getLogger(__name__)
 
 
-class ModelRepository:
+class ServedModels:
     """The models under one repository folder, by name."""
 
     def __init__(self, root: Path) -> None:

@@ -1,26 +1,25 @@
-"""A model and its versions as the server sees them: config, state, instances and statistics."""
+"""A model and its versions as the server sees them (config, state, instances, statistics), and a
+request's :class:`Route` to one of them."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.contracts import Contract
 from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.core.request_validation import RequestRules
+from conch.core.types import InferenceRequest, InferenceResponse, Tensor
+from conch.models.circuit_breaker import CircuitBreaker
+from conch.models.fallback import FallbackPolicy, FallbackReason, business_outputs
+from conch.models.strategy import FallbackLevel
 from conch.observability.statistics import ModelStatistics
 from conch.repository.quantized_twin import QuantizedTwin
-from conch.router.circuit_breaker import CircuitBreaker
-from conch.router.fallback import FallbackPolicy, FallbackReason
-from conch.router.strategy import FallbackLevel
 from conch.scheduling.scheduler import Scheduler
-
-if TYPE_CHECKING:
-    from conch.router.router import Route
 
 
 class ModelState(enum.Enum):
@@ -193,3 +192,49 @@ class Model:
         reasons = [self.reason] if self.reason else []
         reasons += [f"version {v.version}: {v.reason}" for _, v in sorted(self.versions.items()) if v.reason]
         return f": {'; '.join(reasons)}" if reasons else ""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes: a version, or the business default; and the fallback that chose it."""
+
+    version: ModelVersion | None
+    level: FallbackLevel | None = None
+    reason: FallbackReason | None = None
+    model: Model | None = None
+    #: Chosen by a release's split: its answer counts for the release's gate.
+    released: bool = False
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The response parameters a fallback answer carries (none for a normal answer)."""
+        if self.level is None or self.reason is None:
+            return {}
+        return {"fallback_level": self.level.value, "fallback_reason": self.reason.value}
+
+    def business_outputs(self, rows: int) -> dict[str, np.ndarray]:
+        assert self.model is not None and self.model.fallback is not None
+        batching = self.model.max_batch_size > 0
+        return business_outputs(self.model.fallback.business_default, rows, batching)
+
+    def business_answer(self, request: InferenceRequest) -> InferenceResponse:
+        """The BUSINESS fallback's answer to ``request``: the configured default for each row, for the
+        outputs asked for."""
+        model = self.model
+        assert model is not None and model.fallback is not None
+        known = model.fallback.business_default
+        wanted = [o.name for o in request.outputs] or sorted(known)
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            raise InvalidArgumentError(
+                f"unexpected inference output(s) {unknown} for model '{model.name}'; its outputs are "
+                f"{sorted(known)}"
+            )
+        outputs = self.business_outputs(request.batch_size(model.max_batch_size > 0))
+        return InferenceResponse(
+            model_name=request.model_name,
+            model_version="",
+            id=request.id,
+            outputs=[Tensor.of(n, outputs[n]) for n in wanted],
+            parameters=self.parameters,
+        )
