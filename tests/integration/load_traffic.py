@@ -1,9 +1,9 @@
 """Client threads that send requests without pause until stopped, half over HTTP and half over gRPC.
 
-Each answer is kept with the time it was sent, the version that answered, its input and its output,
-and every failure with its message, so a test can say what the clients saw while something changed
-under them (a hot swap, a release). The model takes one FP32 input ``INPUT0`` [1, 4] and answers
-``OUTPUT0``; ``make_input`` chooses each request's values.
+Each answer is kept with the time it was sent, how long it took, the version that answered, its input
+and its output, and every failure with its message, so a test can say what the clients saw while
+something changed under them (a hot swap, a release). The model takes one FP32 input ``INPUT0``
+[1, 4] and answers ``OUTPUT0``; ``make_input`` chooses each request's values.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class Answer:
     version: int
     values: np.ndarray
     output: np.ndarray
+    #: From sending the request to having its answer, as the client saw it.
+    seconds: float = 0.0
 
 
 @dataclass
@@ -78,4 +80,5 @@ class Traffic:
                 continue
             response = result.get_response()
             version = response["model_version"] if over_http else response.model_version
-            self.answers.append(Answer(sent, int(version), values, result.as_numpy("OUTPUT0")))
+            seconds = time.monotonic() - sent
+            self.answers.append(Answer(sent, int(version), values, result.as_numpy("OUTPUT0"), seconds))
