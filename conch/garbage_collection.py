@@ -3,8 +3,7 @@
 Why: with CPython's defaults (a young collection every 700 net new container objects), conch ran one
 collection every ~35 ``tiny`` requests at 32 HTTP clients, and every few seconds a full one over
 the whole heap (the loaded models, protobuf, numpy, gRPC: ~68,000 tracked objects), which held
-the event loop for 40 to 100 ms each time: 0.75 s of collector time in 10 s of load, and the
-swings in throughput that made perf_analyzer's windows disagree (issue 16's unstable runs).
+the event loop for 40 to 100 ms each time.
 
 A request's objects are freed by reference counting as soon as its answer goes; the collector only
 needs to find the rare cycles (an exception and its traceback, say). So once the repository has

@@ -196,12 +196,10 @@ def session_runner(session: ort.InferenceSession) -> Callable[[list[str], dict[s
     for missing inputs (reading each input's name and type through the binding), checks for OrtValue
     inputs and for WebGPU graph capture. The server has checked every request against the model's
     inputs already, and those checks cost most when they run cold, as they do on an event loop that
-    does a batch's gRPC and HTTP work between two runs. ``python -m bench.ort_run_cost``, the two
-    ways taking turns (``bench/results/2026-12-03-081655-ort-run-cost.md``), CPU a run, wrapper
-    then this: ``tiny``, one row, 11 and 9 us back to back, 31 and 25 us with Python work between
-    runs; ``s256``, one row, 99 and 86 us with that work. This was cheaper in 17 of 18 cells; the
-    18th (``s256``, 20 rows, after a 1 ms sleep) was 116 and 196 us, a cold outlier. A feed that
-    lacks a required input still goes through the wrapper, for its message.
+    does a batch's gRPC and HTTP work between two runs: on ``tiny`` with Python work between runs a
+    run cost 25 us of CPU this way against 31 us through the wrapper (``python -m
+    bench.ort_run_cost``). A feed that lacks a required input still goes through the wrapper, for its
+    message.
 
     A session with another execution provider keeps the wrapper: it falls back to the CPU provider
     when that provider fails. ``_sess`` is the wrapper's own handle on the compiled session

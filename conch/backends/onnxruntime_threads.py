@@ -2,23 +2,16 @@
 
 Why: ONNX Runtime splits an operator over its intra-op threads once the operator holds enough
 work, and an idle thread sleeps (conch's ``allow_spinning`` 0), so each parallel operator first
-wakes a thread and then waits for it. For a small model that wait is longer than the operator. On
-the 2-core development machine, the Gemm + Relu MLPs of ``bench/models.py`` timed alone with Python
-work between runs (as on a busy event loop), one thread against two: ``s64`` with 20 rows 18 against
-45 us, ``s128`` with 64 rows 110 against 123 us, ``s256`` with one row 32 against 73 us; ``s256``
-with 64 rows (530 against 406 us) and everything larger ran faster on two. In a server under 32
-clients (``python -m bench.threads_ab``, ``bench/results/2026-12-03-111927-threads-ab.md``) one
-execution took 92 against 105 us on ``tiny``, 119 against 183 on ``s64`` and 145 against 195 on
-``s128``, and ``s128`` alone 37 against 65 us; throughput moved within the machine's noise. Where
-a run is short it runs on the event loop itself (``conch.scheduling.instance_pool``), so the wait is
-taken from every other request, and with more cores the default gives a model more threads to wake.
+wakes a thread and then waits for it. For a small model that wait is longer than the operator: in a
+server under 32 clients one ``s64`` execution took 119 us on one thread against 183 us on two
+(``python -m bench.threads_ab``). Where a run is short it runs on the event loop itself
+(``conch.scheduling.instance_pool``), so the wait is taken from every other request, and with more
+cores the default gives a model more threads to wake.
 
-Timed alone, a second thread pays from ``s256`` at 64 rows (414 against 501 us), but in a loaded
-server it does not: the second thread takes the core the event loop needs. ``s256`` at 32 HTTP JSON
-clients on one thread served 1.16x [1.07-1.28] what it served on two, its executions of ~19 rows
-293 against 362 us and its CPU a request 141 against 170 us (``bench.threads_ab --threads 1``,
-3 rounds, ``bench/results/2026-12-04-152928-threads-ab.md``); over gRPC 1.01x. ``s384`` (2.0 ms for
-64 rows on one thread, 1.3 ms on two) was level under load (0.95x and 0.97x) and keeps two.
+Timed alone, a second thread pays from ``s256`` at 64 rows, but in a loaded server it does not: the
+second thread takes the core the event loop needs (``s256`` at 32 HTTP JSON clients served 1.16x
+[1.07-1.28] on one thread what it served on two). ``s384`` (2.0 ms for 64 rows on one thread) was
+level under load and keeps two.
 
 So when a model's config leaves ``intra_op_thread_count`` unset, conch times a run on one thread at
 load, at the largest batch the model takes (at most :data:`PROBE_ROWS` rows), and keeps one thread

@@ -1,7 +1,6 @@
 """``--frontends auto`` (the default): how many frontend processes the cores allow.
 
-Measured with ``python -m bench.scaling`` on a 16-core machine (``bench/results/2026-12-04-101819-
-scaling.md`` and the runs beside it, ``docs/tuning.md``): at 32 clients, frontends as many as the
+Measured with ``python -m bench.scaling`` on a 16-core machine: at 32 clients, frontends as many as the
 cores served 0.99x to 2.2x what one process served on the same cores, on every model size; on 2
 cores they were slower than one process, and on 4 cores the overhead-bound ``tiny`` gained only
 over gRPC. A lone client pays one more hop either way (0.14 to 0.28 ms on ``tiny``). So ``auto``

@@ -52,11 +52,8 @@ TURNS_BEFORE_A_BATCH = 40
 #: answers of a batch take longer to come back as requests than 40 turns last, and a request that misses
 #: its batch waits a whole execution for the next. When the loop has nothing else to do the extra turns
 #: cost their own time, about 0.16 ms for 200 (8% of a 2 ms execution). At 32 HTTP binary clients on
-#: ``huge`` (executions of ~10 ms), this rule against 40 turns for every model: 1.05x [1.03-1.17]
-#: requests/s, batches of 25 to 28 rows against 18 to 22 (200 turns for every model, in another run:
-#: 1.18x [1.06-1.23]); on ``mlp`` over gRPC (2.7 ms) 1.01x [0.96-1.02]. On ``tiny`` (33 us, batches
-#: already of 31.5 of 32 requests) 200 turns lost over HTTP (0.93x), so short models keep 40
-#: (``bench/results/2026-12-04-225500-batch-turns.md``).
+#: ``huge`` (executions of ~10 ms) this rule served 1.05x [1.03-1.17] the requests of 40 turns for
+#: every model; on ``tiny`` (33 us) 200 turns lost 0.93x, so short models keep 40.
 LONG_EXECUTION_TURNS = 200
 #: Executions longer than this on average (the pool's moving average) get :data:`LONG_EXECUTION_TURNS`.
 #: It is the pool's starting estimate, compared strictly, so a model starts with the short wait and

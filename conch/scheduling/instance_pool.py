@@ -19,8 +19,8 @@ from conch.core.types import ExecutionTiming
 
 #: Executions of a single instance shorter than this (moving average) run on the event loop, under
 #: load too; longer ones go to its worker thread: the loop answers nothing else while it runs a model
-#: (health checks, metrics, other models' requests), so a slow model must not hold it. Up to 2026-12-05
-#: the bound was 0.2 ms; see :meth:`InstancePool.run` for what moved it, and to where.
+#: (health checks, metrics, other models' requests), so a slow model must not hold it. See
+#: :meth:`InstancePool.run` for the figure that set it.
 INLINE_BELOW_NS = 4_000_000
 #: The execution of a request alone in the server runs on the loop, on any number of instances, when
 #: the model's executions average less than this. It is also every pool's estimate before its first
@@ -132,13 +132,9 @@ class InstancePool:
         outside the batch, and it waits for the GIL to start and to return (a median 0.06 to 0.18 ms
         to start on ``s384`` at 32 gRPC clients, 2 cores). On the loop the two cores go to ONNX
         Runtime's threads while it runs, and requests that arrive meanwhile join the next batch. At
-        32 clients on 2 cores (``python -m bench.grpc_cpu_ab``, alternating rounds, medians): with
-        a 2 ms bound against the 0.2 ms one before 2026-12-05, ``s384`` over gRPC 6,310 -> 8,035
-        calls/s and 187 -> 156 us of server CPU a call, over HTTP JSON 7,142 -> 9,511 requests/s,
-        ``s256`` over gRPC 8,422 -> 9,116 calls/s; with 4 ms against 2 ms, ``mlp`` (2.6 ms
-        executions) over gRPC 4,038 -> 4,275 calls/s, over HTTP JSON 4,377 -> 4,819/s. Longer models
-        gained on the loop too when forced there (``s768``, 5 ms, and ``huge``, 9 ms: 2 to 12%), but
-        the bound keeps them off it.
+        32 gRPC clients on 2 cores ``mlp`` (2.6 ms executions) served 4,275 calls/s with a 4 ms bound
+        against 4,038 with 2 ms (``python -m bench.grpc_cpu_ab``). Longer models gained on the loop
+        too when forced there (2 to 12%), but the bound keeps a slow model from holding it.
 
         Why not when another model started an execution since: two busy models would then take
         turns on the one loop where their worker threads compute side by side. Executions shorter
