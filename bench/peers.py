@@ -54,20 +54,16 @@ class Peer:
     packages: tuple[str, ...]
 
 
-def conch_server(
-    workdir: Path, models: Sequence[str], workers: int = 1, grpc_relay: bool = False
-) -> ServerProcess:
-    """``conch serve`` on the conch repository of ``models``, with ``workers`` processes, and gRPC from
-    the relay process when ``grpc_relay``."""
+def conch_server(workdir: Path, models: Sequence[str], workers: int = 1) -> ServerProcess:
+    """``conch serve`` on the conch repository of ``models``, with ``workers`` processes."""
     repository = write_conch_repository(workdir / "conch-repo", models)
-    return serve_conch(repository, workdir, workers, grpc_relay)
+    return serve_conch(repository, workdir, workers)
 
 
 def serve_conch(
     repository: Path,
     workdir: Path,
     workers: int = 1,
-    grpc_relay: bool = False,
     extra: Sequence[str] = (),
 ) -> ServerProcess:
     """``conch serve REPOSITORY`` on free loopback ports, its log at ``workdir/conch.log``; ``extra``
@@ -75,7 +71,7 @@ def serve_conch(
     ports = Ports()
     command = [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--host", "127.0.0.1"]
     command += [f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}"]
-    command += [f"--workers={workers}", f"--grpc-relay={str(grpc_relay).lower()}", *extra]
+    command += [f"--workers={workers}", *extra]
     return ServerProcess("conch", command, ports, workdir / "conch.log", ready_timeout_s=120)
 
 
@@ -189,14 +185,6 @@ PEERS = {
             "conch, 2 workers",
             ("http", "grpc"),
             functools.partial(conch_server, workers=2),
-            lambda: Path(sys.executable),
-            ("conch", "onnxruntime", "grpcio", "httptools"),
-        ),
-        Peer(
-            "conch-relay",
-            "conch, gRPC relay",
-            ("grpc",),
-            functools.partial(conch_server, grpc_relay=True),
             lambda: Path(sys.executable),
             ("conch", "onnxruntime", "grpcio", "httptools"),
         ),

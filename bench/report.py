@@ -227,13 +227,13 @@ def latency_table(results: BenchResults) -> str:
 
 
 def ratio_table(results: BenchResults) -> str:
-    """conch's throughput (one process, two workers, gRPC relay) over each peer's, cell by cell, same
+    """conch's throughput (one process, two workers) over each peer's, cell by cell, same
     protocol: the median of the per-round ratios, with their lowest and highest in brackets."""
     columns = _columns(results)
     header = ["conch / peer", *(f"{model} c={c}" for model, c in columns)]
     lines = []
     pairs = [("triton", "http"), ("triton", "grpc"), ("mlserver", "http"), ("naive", "http")]
-    for ours, (peer, protocol) in itertools.product(("conch", "conch-2w", "conch-relay"), pairs):
+    for ours, (peer, protocol) in itertools.product(("conch", "conch-2w"), pairs):
         conch, other = results.row(ours, protocol), results.row(peer, protocol)
         if conch is None or other is None:
             continue

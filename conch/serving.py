@@ -26,7 +26,6 @@ from conch import garbage_collection
 from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.grpc_server import create_grpc_server
-from conch.frontends.grpc.relay_endpoint import RelayEndpoint, RelayStartError
 from conch.frontends.http.app import HttpFrontend
 from conch.frontends.http.server import HttpServer
 from conch.gateway.server_sources import gateway_for
@@ -139,21 +138,11 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     if decisions is not None:
         release_runner.audit_verdicts(releases, decisions.decision)
     grpc_address = f"{settings.host}:{settings.grpc_port}"
-    grpc_server, relay, frontends = None, None, None
+    grpc_server, frontends = None, None
     try:
         if count:
             frontends = frontends_for(settings, count, server, codes, gateway, journal)
             await frontends.start()
-        elif settings.grpc_relay:
-            relay = RelayEndpoint(
-                server,
-                grpc_address,
-                settings.busy_poll_us,
-                settings.grpc_acceptors,
-                settings.tls.grpc,
-                settings.grpc_connection_limits,
-            )
-            await relay.start()
         else:
             grpc_server = create_grpc_server(
                 server,
@@ -169,7 +158,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
             )
     except RuntimeError:
         raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
-    except (RelayStartError, FrontendStartError) as exc:
+    except FrontendStartError as exc:
         raise ServeError(str(exc)) from None
     log.debug("serve settings: %s", settings)
     log.info("loading model repository %s", settings.repository)
@@ -178,9 +167,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         await release_runner.take_over(releases, verdicts, settings.release_store_poll_secs)
         control.load_startup()
     except BaseException:
-        for process in (relay, frontends):
-            if process is not None:
-                await process.stop()  # it must not outlive a server that failed to load
+        if frontends is not None:
+            await frontends.stop()  # they must not outlive a server that failed to load
         raise
     if worker is None or worker.index == 0:
         print(repository.table(), flush=True)
@@ -211,18 +199,14 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         enable_access_log()
     if grpc_server is not None:
         await grpc_server.start()
-    if relay is not None:
-        relay.open()
     if frontends is not None:
         frontends.hub.http_app = http_app
         frontends.open()
     garbage_collection.settle()  # the heap is built: freeze it, so the collector stops walking it
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
-    if settings.busy_poll_us > 0 and relay is None:
-        # With --grpc-relay the relay process polls instead: two polling processes and a client on two
-        # cores took turns with each other (a lone client's calls/s fell by a fifth, unsteadily). With
-        # --frontends, only after a lone request (poll_when_idle says why).
+    if settings.busy_poll_us > 0:
+        # With --frontends, only after a lone request (poll_when_idle says why).
         poll_when_idle(
             loop, server.in_flight, settings.busy_poll_us / 1e6, after_lone_only=frontends is not None
         )
@@ -252,9 +236,8 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
     poll_secs = settings.release_store_poll_secs
     tasks.append(asyncio.create_task(release_runner.follow_store(releases, verdicts, poll_secs)))
     waits = [asyncio.create_task(stopping.wait()), *serving]
-    for lost in (relay and relay.lost, frontends and frontends.hub.lost):
-        if lost:
-            waits.append(asyncio.create_task(lost.wait()))
+    if frontends is not None:
+        waits.append(asyncio.create_task(frontends.hub.lost.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     if streams is not None:
         await streams.stop(settings.exit_timeout_secs)  # read no more; finish and acknowledge the rest
@@ -264,17 +247,14 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
         each.shutdown()
     if grpc_server is not None:
         await grpc_server.stop(grace=5)
-    for process in (relay, frontends):
-        if process is not None:
-            await process.stop()
+    if frontends is not None:
+        await frontends.stop()
     await asyncio.gather(*serving, return_exceptions=True)
     for task in tasks:
         task.cancel()
     repository.close()
     tracing.stop()  # the spans still buffered leave now
     log.info("stopped")
-    if relay is not None and relay.lost.is_set():
-        raise ServeError("the gRPC relay process exited; the server stopped")
     if frontends is not None and frontends.hub.lost.is_set():
         raise ServeError("a frontend process exited; the server stopped")
 

@@ -124,9 +124,4 @@ def gateway_settings(args: argparse.Namespace) -> Any:
         client_burst=args.client_burst,
         max_in_flight=args.max_in_flight,
     )
-    if settings.on and args.grpc_relay:
-        raise ValueError(
-            "the gateway flags (--auth, restricted APIs, --client-rate-limit, --max-in-flight) are not "
-            "available with --grpc-relay, which does not forward a call's metadata; serve without it"
-        )
     return settings

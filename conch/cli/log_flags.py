@@ -73,11 +73,6 @@ def request_log_settings(args: argparse.Namespace) -> Any:
             "--audit-log is written by one process, and each of --workers would rotate it on its own; "
             "use --log-sample-bodies without --workers"
         )
-    if (args.log_inferences or args.log_sample_bodies > 0) and args.grpc_relay:
-        raise ValueError(
-            "--log-inferences and --log-sample-bodies do not see the calls --grpc-relay forwards (their "
-            "metadata stays in the relay); serve without --grpc-relay to log them"
-        )
     return RequestLogSettings(
         inferences=args.log_inferences,
         sample_bodies=args.log_sample_bodies,

@@ -139,9 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-relay",
         boolean,
         "false",
-        "serve gRPC from a separate relay process, which takes gRPC's per-call work off the model process; "
-        "a lone call pays one more hop, and on 2 cores it was no faster under load (see conch docs tuning); "
-        "one process only, not with --workers",
+        "retired, and ignored with a warning: the model process serves gRPC as fast or faster than a "
+        "relay process did; --frontends N spreads gRPC's per-call work over more cores",
     )
     setting(
         serve,
@@ -281,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
         default_max_batch_size=args.default_max_batch_size,
         workers=args.workers,
         frontends=args.frontends,
-        grpc_relay=args.grpc_relay,
         busy_poll_us=args.busy_poll_us,
         grpc_acceptors=args.grpc_acceptors,
         health_probe_timeout_ms=args.health_probe_timeout_ms,
@@ -306,11 +304,15 @@ def main(argv: list[str] | None = None) -> int:
         tls=tls,
         streams=streams,
     )
-    if args.frontends and (args.workers > 1 or args.grpc_relay):
-        print("conch: --frontends replaces --workers and --grpc-relay; use one of them", file=sys.stderr)
-        return 2
-    if args.grpc_relay and args.workers > 1:
-        print("conch: --grpc-relay serves one process; use it without --workers", file=sys.stderr)
+    if args.grpc_relay:
+        print(
+            "conch: warning: --grpc-relay (CONCH_GRPC_RELAY) is retired and ignored: gRPC is served by the "
+            "model process, which measured as fast or faster; use --frontends N for more cores. The flag "
+            "goes in the next release",
+            file=sys.stderr,
+        )
+    if args.frontends and args.workers > 1:
+        print("conch: --frontends replaces --workers; use one of them", file=sys.stderr)
         return 2
     if args.model_control_mode != "none" and args.workers > 1:
         print(

@@ -7,10 +7,10 @@ over gRPC. A lone client pays one more hop either way (0.14 to 0.28 ms on ``tiny
 starts one frontend per usable core from :data:`AUTO_FROM_CORES` cores, none below, and at most
 :data:`AUTO_AT_MOST`: the most measured, and each frontend holds about 100 MB of its own.
 
-It starts none where frontends could not help: beside ``--workers`` or ``--grpc-relay`` (which they
-replace), where every request would be relayed whole to the model process anyway (the gateway,
-inference logs or traces on), and off Linux, whose ``SO_REUSEPORT`` alone spreads connections over
-the processes sharing a port.
+It starts none where frontends could not help: beside ``--workers`` (which they replace), where every
+request would be relayed whole to the model process anyway (the gateway, inference logs or traces
+on), and off Linux, whose ``SO_REUSEPORT`` alone spreads connections over the processes sharing a
+port.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def frontend_count(
     """The frontends to start and, for the log, why; ``settings.frontends`` None means auto."""
     if settings.frontends is not None:
         return settings.frontends, "as --frontends asks"
-    if settings.workers > 1 or settings.grpc_relay:
-        return 0, "auto: --workers or --grpc-relay serve the ports instead"
+    if settings.workers > 1:
+        return 0, "auto: --workers serve the ports instead"
     logged = settings.request_log.inferences or settings.request_log.sample_bodies > 0
     if settings.gateway.on or logged or tracing.enabled(settings.tracing, environ):
         return 0, "auto: the gateway, inference logs or traces relay every request to one process"

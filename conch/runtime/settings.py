@@ -38,7 +38,6 @@ class ServeSettings:
     #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them;
     #: None: as many as the cores allow (``conch.runtime.frontend_count``).
     frontends: int | None = 0
-    grpc_relay: bool = False
     busy_poll_us: int = 1000
     grpc_acceptors: int = DEFAULT_ACCEPTORS
     model_control_mode: str = "none"

@@ -240,13 +240,23 @@ def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: Se
     assert http_relu(server, np.ones((1, 4), np.float32), binary=False).tolist() == [[1, 1, 1, 1]]
 
 
-def test_refused_with_workers_or_the_relay(repository: Path, tmp_path: Path) -> None:
-    for flags in (["--workers", "2"], ["--grpc-relay", "true"]):
-        refused = ServerProcess(repository, [*FRONTENDS, *flags])
-        with pytest.raises(RuntimeError):
-            refused.start(tmp_path, timeout=30)
-        assert refused.process is not None and refused.process.returncode == 2
-        assert "--frontends replaces --workers and --grpc-relay" in refused.log()
+def test_refused_with_workers(repository: Path, tmp_path: Path) -> None:
+    refused = ServerProcess(repository, [*FRONTENDS, "--workers", "2"])
+    with pytest.raises(RuntimeError):
+        refused.start(tmp_path, timeout=30)
+    assert refused.process is not None and refused.process.returncode == 2
+    assert "--frontends replaces --workers; use one of them" in refused.log()
+
+
+def test_the_retired_grpc_relay_flag_is_ignored_with_a_warning(repository: Path, tmp_path: Path) -> None:
+    server = ServerProcess(repository, [*FRONTENDS], env={"CONCH_GRPC_RELAY": "true"}).start(tmp_path)
+    try:
+        assert "--grpc-relay (CONCH_GRPC_RELAY) is retired and ignored" in server.log()
+        assert http_relu(server, np.array([[-1, 2]], np.float32), binary=True).tolist() == [[0, 2]]
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            assert client.is_model_ready("relu")
+    finally:
+        server.stop()
 
 
 def test_by_default_the_cores_choose_and_workers_still_start(repository: Path, tmp_path: Path) -> None:
@@ -262,7 +272,7 @@ def test_by_default_the_cores_choose_and_workers_still_start(repository: Path, t
     plain = write_repository(tmp_path / "plain", {"relu": (variable_dims_model(), None)})  # no sequences
     workers = ServerProcess(plain, ["--workers", "2"]).start(tmp_path)
     try:
-        assert "frontend processes: 0 (auto: --workers or --grpc-relay" in workers.log()
+        assert "frontend processes: 0 (auto: --workers serve the ports instead)" in workers.log()
         assert http_relu(workers, np.array([[3, -3]], np.float32), binary=False).tolist() == [[3, 0]]
     finally:
         workers.stop()

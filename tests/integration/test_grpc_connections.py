@@ -88,17 +88,14 @@ def test_every_connection_is_told_the_default_stream_limit(aging_server: ServerP
         peer.close()
 
 
-@pytest.mark.parametrize("mode", ["in-process", "frontend process", "relay"])
+@pytest.mark.parametrize("mode", ["in-process", "frontend process"])
 def test_the_stream_limit_holds_however_the_port_is_served(
     request: pytest.FixtureRequest,
     start_server: Callable[..., ServerProcess],
     repository: Path,
     mode: str,
 ) -> None:
-    if mode == "relay":
-        server = start_server(repository, "--grpc-relay", "true", "--grpc-max-concurrent-streams", "7")
-    else:
-        server = request.getfixturevalue("keepalive_server" if mode == "in-process" else "graced_server")
+    server = request.getfixturevalue("keepalive_server" if mode == "in-process" else "graced_server")
     peer = Http2Peer(server.grpc_port)
     try:
         assert peer.settings().get(MAX_CONCURRENT_STREAMS) == 7  # the same options carry keepalive and age

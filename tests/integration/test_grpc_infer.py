@@ -42,8 +42,7 @@ MODELS: dict[str, onnx.ModelProto] = {
 
 
 SERVING_MODES = {
-    "in-process": ["--grpc-relay", "false"],
-    "relay": ["--grpc-relay", "true"],
+    "in-process": [],
     "frontends": ["--frontends", "2"],
     "grpc.aio's own acceptance": ["--grpc-acceptors", "0"],
 }
@@ -57,8 +56,7 @@ def server(
 ) -> ServerProcess:
     """An identity model per datatype, add-sub, multi-dtype (all auto-completed) and digits-mlp; every
     test runs against gRPC served in-process (with its inference calls accepted several at once, and
-    one at a time as ``grpc.aio`` accepts them), through the relay process (``--grpc-relay``) and
-    through two frontend processes (``--frontends 2``)."""
+    one at a time as ``grpc.aio`` accepts them) and through two frontend processes (``--frontends 2``)."""
     root = write_repository(tmp_path_factory.mktemp("grpc-infer"), {n: (m, None) for n, m in MODELS.items()})
     shutil.copytree(EXAMPLES / "digits-mlp", root / "digits-mlp")
     return start_server(root, *SERVING_MODES[request.param])

@@ -27,7 +27,7 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
         (["--grpc-acceptors", "-1"], "argument --grpc-acceptors: must be at least 0, got -1"),
         (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
         (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
-        (["--workers", "2", "--grpc-relay", "true"], "--grpc-relay serves one process"),
+        (["--workers", "2", "--frontends", "2"], "conch: --frontends replaces --workers; use one of them"),
         (["--grpc-port", "8000"], "conch: --http-port and --grpc-port are both 8000; give each its own port"),
         (
             ["--http-port", "9100", "--metrics-port", "9100", "--frontends", "2"],

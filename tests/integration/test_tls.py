@@ -31,7 +31,6 @@ from tests.integration.server_process import ServerProcess
 MODES = {
     "one-process": (),
     "frontends": ("--frontends", "2"),
-    "grpc-relay": ("--grpc-relay", "true"),
     "workers": ("--workers", "2"),
 }
 

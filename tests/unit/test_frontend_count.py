@@ -46,7 +46,6 @@ def test_a_number_given_is_kept_whatever_the_cores() -> None:
     ("changes", "environ"),
     [
         ({"workers": 2}, {}),
-        ({"grpc_relay": True}, {}),
         ({"gateway": GatewaySettings(max_in_flight=10)}, {}),
         ({"request_log": RequestLogSettings(inferences=True)}, {}),
         ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}),

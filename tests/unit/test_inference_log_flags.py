@@ -40,7 +40,6 @@ def test_the_defaults_log_no_inference_and_sample_nothing() -> None:
     [
         (("--log-sample-bodies", "0.1"), "--log-sample-bodies needs --audit-log"),
         (("--log-sample-bodies", "0.1", "--audit-log", "a.jsonl", "--workers", "2"), "without --workers"),
-        (("--log-inferences", "true", "--grpc-relay", "true"), "serve without --grpc-relay"),
     ],
 )
 def test_combinations_that_cannot_work_are_refused_with_the_fix(flags: tuple[str, ...], fix: str) -> None:

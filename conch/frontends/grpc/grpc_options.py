@@ -1,4 +1,4 @@
-"""How conch sets up gRPC's core, in one place for the in-process server and the relay.
+"""How conch sets up gRPC's core, in one place for the in-process server and the frontend processes.
 
 Nothing here imports ``grpc``: :func:`prefer_iomgr_listener` must run before gRPC's core reads its
 configuration, which happens when ``grpc`` is first imported.
@@ -104,7 +104,7 @@ def prefer_iomgr_listener(environ: MutableMapping[str, str] = os.environ) -> Non
     to the ``grpc.aio`` poller, one more thread hop per call. With the iomgr listener the poller reads
     them itself. On this project's 2-core machine an empty ``grpc.aio`` servicer went from 0.42 to
     0.34 ms p50 at concurrency 1 and from 4,870 to 5,540 calls/s at concurrency 32
-    (``python -m bench.grpc_floor``). Child processes (the relay, workers) inherit the setting.
+    (``python -m bench.grpc_floor``). Child processes (workers, frontends) inherit the setting.
     """
     names = [name.strip() for name in environ.get("GRPC_EXPERIMENTS", "").split(",") if name.strip()]
     if any(name.lstrip("-") == LISTENER_EXPERIMENT for name in names):

@@ -284,7 +284,7 @@ def _code_of(exc: ConchError) -> int:
 
 
 def _metadata(context: Any) -> Any:
-    """A call's metadata pairs (none for a call the ``--grpc-relay`` process forwarded)."""
+    """A call's metadata pairs (none for a context without them)."""
     metadata = getattr(context, "invocation_metadata", None)
     return (metadata() or ()) if metadata is not None else ()
 

@@ -1,4 +1,5 @@
-"""``ModelStreamInfer``'s concurrency, shared by the in-process servicer and the relay."""
+"""``ModelStreamInfer``'s concurrency, shared by the in-process servicer and the calls frontend
+processes relay to the model process."""
 
 from __future__ import annotations
 
