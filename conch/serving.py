@@ -51,7 +51,7 @@ from conch.observability.worker_families import own_families
 from conch.release import runner as release_runner
 from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendStartError, frontends_for
-from conch.runtime.settings import ServeSettings
+from conch.runtime.settings import ServeSettings, cannot_listen
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of
 from conch.status_page.sampling import keep_sampling
@@ -157,7 +157,7 @@ async def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> No
                 connection_limits=settings.grpc_connection_limits,
             )
     except RuntimeError:
-        raise ServeError(f"cannot listen on {grpc_address} (gRPC)") from None
+        raise ServeError(cannot_listen(settings.host, settings.grpc_port, "gRPC")) from None
     except FrontendStartError as exc:
         raise ServeError(str(exc)) from None
     log.debug("serve settings: %s", settings)
@@ -316,7 +316,7 @@ def listen(host: str, port: int, what: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port} ({what}): {exc.strerror}") from None
+        raise ServeError(cannot_listen(host, port, what, exc.strerror or "")) from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock

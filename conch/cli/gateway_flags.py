@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from conch.cli.arguments import at_least, choice
-from conch.cli.serve_flags import setting
+from conch.cli.serve_flags import FlagGroup, setting
 from conch.gateway.algorithms import parse_algorithms
 from conch.gateway.restricted import Restriction, parse_restriction
 
@@ -44,7 +44,7 @@ def restriction(text: str) -> Restriction:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def gateway_flags(serve: argparse.ArgumentParser) -> None:
+def gateway_flags(serve: FlagGroup) -> None:
     """Who may call and how much (see conch docs security)."""
     setting(
         serve,

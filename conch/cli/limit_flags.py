@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from conch.cli.arguments import at_least
-from conch.cli.serve_flags import setting
+from conch.cli.serve_flags import FlagGroup, setting
 from conch.core.tensor_limits import TensorLimits
 from conch.frontends.grpc.grpc_options import MAX_MESSAGE_BYTES, GrpcConnectionLimits
 from conch.frontends.http.limits import HttpLimits, parse_networks
@@ -82,7 +82,7 @@ HTTP_LIMIT_FLAGS: list[tuple[str, int, int | float, str]] = [
 ]
 
 
-def limit_flags(serve: argparse.ArgumentParser) -> None:
+def limit_flags(serve: FlagGroup) -> None:
     """The limits' flags (see conch docs security)."""
     for flag, minimum, default, meaning in HTTP_LIMIT_FLAGS:
         setting(serve, flag, at_least(minimum), str(int(default)), meaning)
@@ -196,7 +196,7 @@ GRPC_CONNECTION_FLAGS: list[tuple[str, int, int, str]] = [
 ]
 
 
-def grpc_connection_flags(serve: argparse.ArgumentParser) -> None:
+def grpc_connection_flags(serve: FlagGroup) -> None:
     """The gRPC connection limits' flags."""
     for flag, minimum, default, meaning in GRPC_CONNECTION_FLAGS:
         setting(serve, flag, at_least(minimum), str(default), meaning)

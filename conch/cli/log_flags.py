@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from conch.cli.arguments import at_least, boolean, fraction
-from conch.cli.serve_flags import setting
+from conch.cli.serve_flags import FlagGroup, setting
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -18,7 +18,7 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
-def request_log_flags(serve: argparse.ArgumentParser) -> None:
+def request_log_flags(serve: FlagGroup) -> None:
     """What the server logs of each request (see conch docs observability)."""
     setting(
         serve,

@@ -64,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"conch {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
-        "serve", help="serve a model repository over HTTP and gRPC", description=SERVE_DESCRIPTION
+        "serve",
+        help="serve a model repository over HTTP and gRPC",
+        description=SERVE_DESCRIPTION,
+        usage="conch serve [REPOSITORY] [flags, by group below]",
     )
     serve.add_argument(
         "repository",
@@ -73,35 +76,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="model repository folder, or s3://[host:port/]bucket/prefix, mirrored into --model-cache-dir "
         "(CONCH_REPOSITORY); default: the bundled example repository",
     )
+    models = serve.add_argument_group("Model repository", "where the models come from and how they load")
+    ports = serve.add_argument_group("Ports")
+    processes = serve.add_argument_group(
+        "Processes", "how conch serve uses more cores: --frontends (one model process) or --workers"
+    )
+    logs = serve.add_argument_group("Logs")
+    health = serve.add_argument_group("Health and readiness")
     setting(
-        serve,
+        models,
         "--model-cache-dir",
         str,
         "~/.cache/conch/s3",
         "where an s3:// repository is mirrored, one folder per bucket and prefix (see conch docs "
         "object-storage)",
     )
-    setting(serve, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
+    setting(ports, "--host", str, "0.0.0.0", "address the HTTP, gRPC and metrics ports listen on")
     setting(
-        serve,
+        ports,
         "--http-port",
         at_least(0),
         "8000",
         "port of the HTTP/REST API (KServe V2, Triton's extensions)",
     )
     setting(
-        serve, "--grpc-port", at_least(0), "8001", "port of the gRPC API (KServe V2 GRPCInferenceService)"
+        ports, "--grpc-port", at_least(0), "8001", "port of the gRPC API (KServe V2 GRPCInferenceService)"
     )
-    setting(serve, "--metrics-port", at_least(0), "8002", "port of the Prometheus metrics, at /metrics")
+    setting(ports, "--metrics-port", at_least(0), "8002", "port of the Prometheus metrics, at /metrics")
     setting(
-        serve,
+        health,
         "--strict-readiness",
         boolean,
         "true",
         "ready only when every model is READY, as Triton; false: ready once the server has started",
     )
     setting(
-        serve,
+        ports,
         "--server-name",
         server_name,
         "conch",
@@ -109,14 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
         "'triton' for clients that check for it (the version stays conch's)",
     )
     setting(
-        serve,
+        models,
         "--default-max-batch-size",
         at_least(0),
         "4",
         "max_batch_size given to batching models whose config.pbtxt does not set it (auto-complete)",
     )
     setting(
-        serve,
+        processes,
         "--workers",
         at_least(1),
         "1",
@@ -124,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HTTP traffic",
     )
     setting(
-        serve,
+        processes,
         "--frontends",
         count_or_auto,
         "auto",
@@ -135,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "docs tuning)",
     )
     setting(
-        serve,
+        processes,
         "--grpc-relay",
         boolean,
         "false",
@@ -143,7 +153,73 @@ def build_parser() -> argparse.ArgumentParser:
         "relay process did; --frontends N spreads gRPC's per-call work over more cores",
     )
     setting(
-        serve,
+        logs,
+        "--log-level",
+        log_level,
+        "info",
+        f"how much the server logs: {', '.join(LOG_LEVELS)}, in any case; verbose is debug",
+    )
+    setting(
+        logs,
+        "--log-verbose",
+        at_least(0),
+        "0",
+        "Triton's verbose logging: any N above 0 logs at debug level, whatever --log-level says",
+    )
+    setting(
+        logs,
+        "--log-format",
+        choice(LOG_FORMATS),
+        "auto",
+        "how log records are written: json (one JSON object per line, with each event's fields), text, "
+        "or auto (text when stderr is a terminal, else json)",
+    )
+    setting(
+        health,
+        "--health-probe-timeout-ms",
+        at_least(1),
+        "1000",
+        "GET /v2/health/deep: milliseconds each READY model has to answer its probe inference (and the "
+        "longest event-loop turn) before the server is unhealthy (see conch docs lifecycle)",
+    )
+    setting(
+        health,
+        "--health-max-memory-ratio",
+        ratio,
+        "0.95",
+        "GET /v2/health/deep: the share of host memory in use, above 0 and at most 1, beyond which the "
+        "server is unhealthy",
+    )
+    setting(
+        health,
+        "--health-max-gpu-memory-ratio",
+        ratio,
+        "0.90",
+        "GET /v2/health/deep: the share of each GPU's memory in use (read through NVML), above 0 and at "
+        "most 1, beyond which the server is unhealthy",
+    )
+    setting(
+        health,
+        "--health-cache-secs",
+        at_least(0),
+        "5",
+        "GET /v2/health/deep: seconds one evaluation is reused, so that probes cannot load the server; "
+        "0 evaluates on every call (concurrent calls still share one)",
+    )
+    model_control_flags(models)
+    backend_flags(models)
+    request_log_flags(logs)
+    trace_flags(serve.add_argument_group("Traces (OpenTelemetry, Triton's trace extension)"))
+    resilience_flags(serve.add_argument_group("Resilience: circuit breakers and fallbacks"))
+    gateway_flags(serve.add_argument_group("Access: authentication, restricted APIs, rate limits"))
+    tls_flags(serve.add_argument_group("TLS"))
+    limit_flags(serve.add_argument_group("Connection and request limits"))
+    stream_flags(serve.add_argument_group("Streams (Redis Streams)"))
+    advanced = serve.add_argument_group(
+        "Advanced", "mechanism knobs measured on this project's machines; the defaults suit most servers"
+    )
+    setting(
+        advanced,
         "--busy-poll-us",
         at_least(0),
         "1000",
@@ -152,76 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(see conch docs tuning)",
     )
     setting(
-        serve,
+        advanced,
         "--grpc-acceptors",
         at_least(0),
         str(DEFAULT_ACCEPTORS),
         "gRPC inference calls the server stands ready to accept at once; 0 accepts them one at a time, as "
         "grpc.aio does (see conch docs tuning)",
     )
-    setting(
-        serve,
-        "--log-level",
-        log_level,
-        "info",
-        f"how much the server logs: {', '.join(LOG_LEVELS)}, in any case; verbose is debug",
-    )
-    setting(
-        serve,
-        "--log-verbose",
-        at_least(0),
-        "0",
-        "Triton's verbose logging: any N above 0 logs at debug level, whatever --log-level says",
-    )
-    setting(
-        serve,
-        "--log-format",
-        choice(LOG_FORMATS),
-        "auto",
-        "how log records are written: json (one JSON object per line, with each event's fields), text, "
-        "or auto (text when stderr is a terminal, else json)",
-    )
-    setting(
-        serve,
-        "--health-probe-timeout-ms",
-        at_least(1),
-        "1000",
-        "GET /v2/health/deep: milliseconds each READY model has to answer its probe inference (and the "
-        "longest event-loop turn) before the server is unhealthy (see conch docs lifecycle)",
-    )
-    setting(
-        serve,
-        "--health-max-memory-ratio",
-        ratio,
-        "0.95",
-        "GET /v2/health/deep: the share of host memory in use, above 0 and at most 1, beyond which the "
-        "server is unhealthy",
-    )
-    setting(
-        serve,
-        "--health-max-gpu-memory-ratio",
-        ratio,
-        "0.90",
-        "GET /v2/health/deep: the share of each GPU's memory in use (read through NVML), above 0 and at "
-        "most 1, beyond which the server is unhealthy",
-    )
-    setting(
-        serve,
-        "--health-cache-secs",
-        at_least(0),
-        "5",
-        "GET /v2/health/deep: seconds one evaluation is reused, so that probes cannot load the server; "
-        "0 evaluates on every call (concurrent calls still share one)",
-    )
-    model_control_flags(serve)
-    backend_flags(serve)
-    stream_flags(serve)
-    resilience_flags(serve)
-    gateway_flags(serve)
-    limit_flags(serve)
-    tls_flags(serve)
-    trace_flags(serve)
-    request_log_flags(serve)
     for name in TOOLCHAIN_COMMANDS:
         importlib.import_module(f"conch.cli.{name}_command").add_parser(commands)
     return parser

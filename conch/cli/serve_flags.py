@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from conch.cli.arguments import at_least, backend_setting, boolean, choice, ratio
 
 
-def setting(
-    parser: argparse.ArgumentParser, flag: str, parse: Callable[[str], Any], default: str, help: str
-) -> None:
+class FlagGroup(Protocol):
+    """Where flags go: ``conch serve``'s parser or one of its titled groups (``--help`` shows them so)."""
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
+
+
+def setting(parser: FlagGroup, flag: str, parse: Callable[[str], Any], default: str, help: str) -> None:
     """A ``conch serve`` flag whose default ``CONCH_<FLAG>`` can set (``--grpc-acceptors``:
     ``CONCH_GRPC_ACCEPTORS``).
 
@@ -53,7 +57,7 @@ def port_clash(args: argparse.Namespace) -> str | None:
 CONTROL_MODES = ("none", "poll", "explicit")
 
 
-def resilience_flags(serve: argparse.ArgumentParser) -> None:
+def resilience_flags(serve: FlagGroup) -> None:
     """Server-wide circuit-breaker defaults and fallback strategy; a model's parameters override them."""
     setting(
         serve,
@@ -118,7 +122,7 @@ def fallback_strategy(text: str) -> str:
     return text
 
 
-def model_control_flags(serve: argparse.ArgumentParser) -> None:
+def model_control_flags(serve: FlagGroup) -> None:
     """Triton's flags for changing what is served, and for stopping (see conch docs lifecycle)."""
     setting(
         serve,
@@ -179,7 +183,7 @@ def model_control_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def backend_flags(serve: argparse.ArgumentParser) -> None:
+def backend_flags(serve: FlagGroup) -> None:
     """Triton's ``--backend-config``: the Python backend's shared memory (conch docs python-backend)."""
     serve.add_argument(
         "--backend-config",
@@ -193,7 +197,7 @@ def backend_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def stream_flags(serve: argparse.ArgumentParser) -> None:
+def stream_flags(serve: FlagGroup) -> None:
     """``--streams``: models fed from a broker's streams as well as by requests (conch docs streams)."""
     setting(
         serve,

@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 
 from conch.cli.arguments import boolean
-from conch.cli.serve_flags import setting
+from conch.cli.serve_flags import FlagGroup, setting
 from conch.frontends.tls import TlsSettings, tls_files
 
 PORTS = ("http", "grpc")
 
 
-def tls_flags(serve: argparse.ArgumentParser) -> None:
+def tls_flags(serve: FlagGroup) -> None:
     """``--{http,grpc}-use-ssl``, ``-server-cert``, ``-server-key``, ``-root-cert``, ``-use-ssl-mutual``."""
     for port in PORTS:
         flag, name = f"--{port}", "HTTP" if port == "http" else "gRPC"

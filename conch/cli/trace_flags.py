@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from conch.cli.arguments import fraction
-from conch.cli.serve_flags import setting
+from conch.cli.serve_flags import FlagGroup, setting
 
 if TYPE_CHECKING:
     from conch.observability.tracing import TraceSettings
@@ -37,7 +37,7 @@ def sample_ratio(text: str) -> float | None:
     return fraction(text) if text else None
 
 
-def trace_flags(serve: argparse.ArgumentParser) -> None:
+def trace_flags(serve: FlagGroup) -> None:
     """OpenTelemetry traces (see conch docs observability)."""
     setting(
         serve,

@@ -27,6 +27,7 @@ from conch.frontends.tls import TlsSettings
 from conch.observability import tracing
 from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
 from conch.runtime.hub import FrontendHub
+from conch.runtime.settings import cannot_listen
 
 if TYPE_CHECKING:
     from conch.gateway.gateway import Gateway
@@ -112,7 +113,7 @@ class FrontendProcesses:
             (EXIT_CANNOT_LISTEN_GRPC, each.grpc_port, "gRPC"),
         ):
             if code in codes:
-                raise FrontendStartError(f"cannot listen on {each.host}:{port} ({what})")
+                raise FrontendStartError(cannot_listen(each.host, port, what))
         if not codes:
             raise FrontendStartError(f"the frontend processes did not connect within {_START_TIMEOUT_S:g} s")
         raise FrontendStartError(f"a frontend process did not start (exit status {codes[0]})")

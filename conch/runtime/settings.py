@@ -83,3 +83,18 @@ class ServeSettings:
             max_gpu_memory_ratio=self.health_max_gpu_memory_ratio,
             cache_secs=self.health_cache_secs,
         )
+
+
+#: The flag that sets each port, by the name the messages give the port.
+PORT_FLAGS = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metrics-port"}
+
+
+def cannot_listen(host: str, port: int, what: str, reason: str = "") -> str:
+    """Why a port could not be opened, and the flag and variable that choose another."""
+    flag = PORT_FLAGS[what]
+    variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+    why = f": {reason}" if reason else ""
+    return (
+        f"cannot listen on {host}:{port} ({what}){why}; if another server holds it, choose another port "
+        f"with {flag} N (or {variable}=N)"
+    )

@@ -333,6 +333,7 @@ def test_a_taken_port_is_named(repository: Path) -> None:
         )
     assert done.returncode == 1
     assert f"conch: cannot listen on 127.0.0.1:{port} (gRPC)" in done.stderr
+    assert "--grpc-port N (or CONCH_GRPC_PORT=N)" in done.stderr
     assert "went away" not in done.stderr  # one clear message, not one per frontend
 
 

@@ -4,6 +4,7 @@ loads anything: exit status 2 and a message that names the flag."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -74,3 +75,18 @@ def test_an_unknown_log_level_in_the_environment_is_refused_as_its_flag_would_be
     assert done.returncode == 2
     assert "argument --log-level: expected one of debug, info, warning, error, critical" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_taken_port_names_the_flag_and_the_variable_that_move_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = serve(
+            ["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--metrics-port", str(port)],
+            {"CONCH_FRONTENDS": "0"},
+        )
+
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port} (metrics): Address already in use" in done.stderr
+    assert "choose another port with --metrics-port N (or CONCH_METRICS_PORT=N)" in done.stderr
