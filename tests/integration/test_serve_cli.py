@@ -8,6 +8,7 @@ not the source tree.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conch.cli.main import build_parser
 from tests.integration.server_process import ServerProcess
 
 CONCH = Path(sys.executable).with_name("conch")
@@ -55,8 +57,9 @@ def option_descriptions(help_text: str) -> dict[str, str]:
 
 def test_every_serve_flag_says_what_it_does(tmp_path: Path) -> None:
     done = conch("serve", "--help", cwd=tmp_path)
-    usage = done.stdout.split("\n\n", 1)[0]
-    flags = set(re.findall(r"\[(--[a-z-]+)", usage)) | {"--help"}
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    serve = commands.choices["serve"]
+    flags = {name for action in serve._actions for name in action.option_strings if name.startswith("--")}
 
     described = option_descriptions(done.stdout)
 
