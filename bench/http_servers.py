@@ -12,7 +12,7 @@ HTTP layer plus a fixed, small amount of Python. One process, one event loop thr
   uvloop, with its ASGI and its own RSGI interface;
 - ``httptools``: an ``asyncio.Protocol`` on uvloop driving ``httptools.HttpRequestParser`` directly,
   no ASGI at all: the floor of a Python HTTP/1.1 server;
-- ``conch``: conch's own server (``conch.frontends.http.server``, httptools with the ASGI call and
+- ``conch``: conch's own server (``conch.http_server``, httptools with the ASGI call and
   conch's connection limits), what ``conch serve`` runs since these figures chose it.
 
 wrk drives each at 1 and 32 connections in alternating rounds; the report gives requests/s and each
@@ -133,7 +133,7 @@ def serve(kind: str, port: int) -> None:
     elif kind == "conch":
         import uvloop
 
-        from conch.frontends.http.server import HttpServer
+        from conch.http_server import HttpServer
         from conch.serving import listen
 
         uvloop.run(HttpServer(asgi_app).serve([listen("127.0.0.1", port, "HTTP")]))

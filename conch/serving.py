@@ -27,8 +27,8 @@ from conch.busy_poll import poll_when_idle
 from conch.control_channel import ControlChannel
 from conch.frontends.grpc.grpc_server import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
-from conch.frontends.http.server import HttpServer
 from conch.gateway.server_sources import gateway_for
+from conch.http_server import HttpServer
 from conch.lifecycle.backend_builders import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.drain import drain

@@ -35,7 +35,7 @@ from prometheus_client.core import Metric
 
 from conch.control_channel import ControlChannel
 from conch.core.errors import ConchError
-from conch.frontends.http.server import HttpServer
+from conch.http_server import HttpServer
 from conch.observability.exposition import metrics_app
 from conch.observability.metrics import supervisor_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics

@@ -23,8 +23,8 @@ from conch import garbage_collection
 from conch.busy_poll import BusyPoll
 from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server import HttpServer
 from conch.frontends.tls import TlsSettings
+from conch.http_server import HttpServer
 from conch.observability.access_log import enable_access_log
 from conch.observability.log_format import configure_logging
 from conch.runtime.frontend_grpc import create_frontend_grpc

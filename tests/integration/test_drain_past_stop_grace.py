@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conch.frontends.http.server.server import STOP_GRACE_SECS
+from conch.http_server.server import STOP_GRACE_SECS
 from tests.fixtures import python_models as models
 from tests.integration.server_process import ServerProcess
 

@@ -1,4 +1,4 @@
-"""conch's HTTP/1.1 server (``conch.frontends.http.server``) on a loopback port, driven by raw sockets
+"""conch's HTTP/1.1 server (``conch.http_server``) on a loopback port, driven by raw sockets
 and ``http.client``: keep-alive, pipelining, chunked bodies both ways, ``Expect: 100-continue``,
 HEAD, HTTP/1.0, malformed requests, failing apps and a graceful stop.
 
@@ -22,7 +22,7 @@ import pytest
 import uvloop
 
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server import HttpServer
+from conch.http_server import HttpServer
 
 
 async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -169,7 +169,7 @@ def test_the_http_servers_records_come_out_as_json_too(json_server: LoggedServer
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         records = json_records(json_server.log_lines())
-        http = [r for r in records if r["logger"] == "conch.frontends.http.server"]
+        http = [r for r in records if r["logger"] == "conch.http_server"]
         if http:
             break
         time.sleep(0.1)

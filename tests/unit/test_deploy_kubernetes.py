@@ -13,7 +13,7 @@ import yaml
 
 from conch.cli.main import build_parser, main
 from conch.deploy.quantities import QuantityError, parse_quantity, scaled_memory
-from conch.frontends.http.server.peers import TrustedProxies
+from conch.http_server.peers import TrustedProxies
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 CORE_FILES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml")

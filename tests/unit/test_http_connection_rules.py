@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server.admission import Admission, Holding, admit, near_cap
-from conch.frontends.http.server.pace import RequestPace
-from conch.frontends.http.server.peers import TrustedProxies
-from conch.frontends.http.server.request_heads import head_problem
+from conch.http_server.admission import Admission, Holding, admit, near_cap
+from conch.http_server.pace import RequestPace
+from conch.http_server.peers import TrustedProxies
+from conch.http_server.request_heads import head_problem
 
 
 def slow(slot: str, client: str, rate: float = 1.0) -> Holding[str]:

@@ -1,4 +1,4 @@
-"""The HTTP server's outbox (``conch.frontends.http.server.outbox``) on real loopback sockets and uvloop:
+"""The HTTP server's outbox (``conch.http_server.outbox``) on real loopback sockets and uvloop:
 answers written during one pass of the loop reach their clients only once the pass is over, in the
 order written, and an answer for a connection that closed meanwhile is dropped without harm."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import uvloop
 
-from conch.frontends.http.server.outbox import Outbox
+from conch.http_server.outbox import Outbox
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from conch.frontends.http.server.exchange import HIGH_WATER, Exchange
-from conch.frontends.http.server.heads import refusal
-from conch.frontends.http.server.pace import RequestPace
-from conch.frontends.http.server.request_heads import (
+from conch.http_server.exchange import HIGH_WATER, Exchange
+from conch.http_server.heads import refusal
+from conch.http_server.pace import RequestPace
+from conch.http_server.request_heads import (
     expects_continue,
     head_problem,
     http_scope,
@@ -36,9 +36,9 @@ from conch.frontends.http.server.request_heads import (
 )
 
 if TYPE_CHECKING:
-    from conch.frontends.http.server.server import HttpServer
+    from conch.http_server.server import HttpServer
 
-log = logging.getLogger("conch.frontends.http.server")
+log = logging.getLogger("conch.http_server")
 
 #: How long (and how much) a refused connection is read, its bytes dropped, before it closes: closing
 #: at once, the client's request unread, makes the kernel answer with a reset, which a client may

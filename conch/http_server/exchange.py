@@ -12,12 +12,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from conch.frontends.http.server.heads import CHUNKED_END, CONTINUE, chunk, refusal, response_head
+from conch.http_server.heads import CHUNKED_END, CONTINUE, chunk, refusal, response_head
 
 if TYPE_CHECKING:
-    from conch.frontends.http.server.connection import HttpConnection
+    from conch.http_server.connection import HttpConnection
 
-log = logging.getLogger("conch.frontends.http.server")
+log = logging.getLogger("conch.http_server")
 
 #: Body bytes held for the app before the connection stops reading more.
 HIGH_WATER = 256 * 1024

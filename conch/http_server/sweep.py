@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from conch.frontends.http.server.admission import Holding
-from conch.frontends.http.server.connection import BODY, HEAD, IDLE, HttpConnection
+from conch.http_server.admission import Holding
+from conch.http_server.connection import BODY, HEAD, IDLE, HttpConnection
 
-log = logging.getLogger("conch.frontends.http.server")
+log = logging.getLogger("conch.http_server")
 
 
 def check_time(connection: HttpConnection, now: float) -> None:

@@ -10,17 +10,17 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from conch.frontends.http.limits import HttpLimits
-from conch.frontends.http.server.admission import Holding, admit, near_cap
-from conch.frontends.http.server.connection import HttpConnection
-from conch.frontends.http.server.heads import Clock
-from conch.frontends.http.server.outbox import Outbox
-from conch.frontends.http.server.peers import TrustedProxies
-from conch.frontends.http.server.sweep import check_time, evict, holding
 from conch.frontends.tls import TlsFiles
+from conch.http_server.admission import Holding, admit, near_cap
+from conch.http_server.connection import HttpConnection
+from conch.http_server.heads import Clock
+from conch.http_server.outbox import Outbox
+from conch.http_server.peers import TrustedProxies
+from conch.http_server.sweep import check_time, evict, holding
 from conch.observability.access_log import ACCESS_LOGGER
 
 if TYPE_CHECKING:
-    from conch.frontends.http.server.exchange import Exchange
+    from conch.http_server.exchange import Exchange
 
 #: How long a stopping server waits for the answers still being written (a stream, say).
 STOP_GRACE_SECS = 5.0

@@ -7,6 +7,6 @@ answer, a timer per request for conch's limits). This server keeps the ASGI call
 tests are unchanged, and spends per request one task, one scope dict and one write.
 """
 
-from conch.frontends.http.server.server import HttpServer
+from conch.http_server.server import HttpServer
 
 __all__ = ["HttpServer"]
