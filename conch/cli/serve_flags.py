@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -67,8 +68,19 @@ def resilience_flags(serve: FlagGroup) -> None:
         "give every model version a circuit breaker (a model turns its own on with any circuit_breaker.* "
         "parameter, or off with circuit_breaker.enabled false; see conch docs lifecycle)",
     )
-    for flag, parse, default, meaning in BREAKER_FLAGS:
-        setting(serve, flag, parse, default, meaning)
+    setting(
+        serve,
+        "--circuit-breaker-config",
+        breaker_pairs,
+        "",
+        "the server-wide defaults of the circuit_breaker.* keys a model leaves out, as KEY=VALUE pairs "
+        "joined by commas: failure_rate_threshold (0.5), minimum_calls (20), window_calls (100), "
+        "slow_call_ms (off), slow_call_rate_threshold (1.0), open_seconds (30), half_open_calls (5); see "
+        "conch docs lifecycle",
+    )
+    for flag, parse in LEGACY_BREAKER_FLAGS:  # before --circuit-breaker-config; hidden, for one release
+        variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+        serve.add_argument(flag, type=parse, default=os.environ.get(variable), help=argparse.SUPPRESS)
     setting(
         serve,
         "--fallback-strategy",
@@ -79,35 +91,62 @@ def resilience_flags(serve: FlagGroup) -> None:
     )
 
 
-#: ``--circuit-breaker-*``: the defaults of the ``circuit_breaker.*`` keys (see conch docs lifecycle).
-BREAKER_FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
-    ("--circuit-breaker-failure-rate-threshold", ratio, "0.5", "share of failed calls that opens a circuit"),
-    ("--circuit-breaker-minimum-calls", at_least(1), "20", "calls in the window before a circuit may open"),
-    ("--circuit-breaker-window-calls", at_least(1), "100", "recent calls the failure rate is taken over"),
-    ("--circuit-breaker-slow-call-ms", at_least(0), "0", "a call slower than this counts as slow; 0: off"),
-    ("--circuit-breaker-slow-call-rate-threshold", ratio, "1.0", "share of slow calls that opens a circuit"),
-    ("--circuit-breaker-open-seconds", at_least(1), "30", "seconds an open circuit refuses calls"),
-    ("--circuit-breaker-half-open-calls", at_least(1), "5", "probe calls a half-open circuit lets through"),
+#: The flags that set each ``circuit_breaker.*`` default before ``--circuit-breaker-config``: still
+#: read (flag or ``CONCH_*`` variable), with a warning, until the next release.
+LEGACY_BREAKER_FLAGS: list[tuple[str, Callable[[str], Any]]] = [
+    ("--circuit-breaker-failure-rate-threshold", ratio),
+    ("--circuit-breaker-minimum-calls", at_least(1)),
+    ("--circuit-breaker-window-calls", at_least(1)),
+    ("--circuit-breaker-slow-call-ms", at_least(0)),
+    ("--circuit-breaker-slow-call-rate-threshold", ratio),
+    ("--circuit-breaker-open-seconds", at_least(1)),
+    ("--circuit-breaker-half-open-calls", at_least(1)),
 ]
 
 
-def breaker_defaults(args: argparse.Namespace) -> Any:
-    """The ``--circuit-breaker-*`` flags as settings; raises ValueError (with the fix) when inconsistent."""
-    from conch.core.errors import ConchError
-    from conch.models.circuit_breaker import CircuitBreakerSettings
+def breaker_pairs(text: str) -> dict[str, str]:
+    """``key=value,key=value`` as ``circuit_breaker.*`` key to value text; the values are checked with
+    the model parameters' own rules (:func:`breaker_defaults`)."""
+    from conch.models.circuit_breaker import PREFIX
 
-    try:
-        return CircuitBreakerSettings(
-            failure_rate_threshold=args.circuit_breaker_failure_rate_threshold,
-            minimum_calls=args.circuit_breaker_minimum_calls,
-            window_calls=args.circuit_breaker_window_calls,
-            slow_call_ms=args.circuit_breaker_slow_call_ms or None,
-            slow_call_rate_threshold=args.circuit_breaker_slow_call_rate_threshold,
-            open_seconds=args.circuit_breaker_open_seconds,
-            half_open_calls=args.circuit_breaker_half_open_calls,
+    pairs: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(
+                "expected KEY=VALUE pairs joined by commas, such as open_seconds=10,minimum_calls=50, "
+                f"got '{item}'"
+            )
+        pairs[PREFIX + key.strip()] = value.strip()
+    return pairs
+
+
+def breaker_defaults(args: argparse.Namespace) -> Any:
+    """The server-wide breaker settings: ``--circuit-breaker-config`` over the legacy flags over the
+    built-in defaults; raises ValueError (with the fix) when a key or a value is wrong."""
+    from conch.core.errors import ConchError
+    from conch.models.circuit_breaker import PREFIX, CircuitBreakerSettings, settings_with
+
+    legacy = {}
+    for flag, _ in LEGACY_BREAKER_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            key = PREFIX + flag.removeprefix("--circuit-breaker-").replace("-", "_")
+            legacy[key] = "off" if key.endswith("slow_call_ms") and value == 0 else str(value)
+    if legacy:
+        named = ",".join(f"{key.removeprefix(PREFIX)}={value}" for key, value in legacy.items())
+        print(
+            f"conch: warning: the --circuit-breaker-* flags are deprecated and go in the next release; "
+            f"write --circuit-breaker-config {named}",
+            file=sys.stderr,
         )
+    try:
+        return settings_with(CircuitBreakerSettings(), {**legacy, **args.circuit_breaker_config})
     except ConchError as exc:
-        raise ValueError(exc.message.replace("parameters 'circuit_breaker.", "'--circuit-breaker-")) from None
+        message = exc.message.replace("unknown parameters key", "unknown key").replace("parameters '", "'")
+        raise ValueError("--circuit-breaker-config: " + message.replace("'circuit_breaker.", "'")) from None
 
 
 def fallback_strategy(text: str) -> str:

@@ -243,20 +243,24 @@ def settings_from_config(
     checked even when the breaker ends up off, so a typo never waits for the day it is turned on.
     """
     keys = [key for key in config.parameters if key.startswith(PREFIX)]
-    overrides: dict[str, Any] = {}  # field name -> parsed value, checked by the settings
-    for key in keys:
-        if key == ENABLED_KEY:
-            continue
-        if key not in _SETTING_KEYS:
-            known = [ENABLED_KEY, *_SETTING_KEYS]
-            raise InvalidArgumentError(f"unknown parameters key '{key}'{did_you_mean(key, known)}")
-        overrides[_SETTING_KEYS[key]] = _parse(key, config.parameters[key].string_value)
-    settings = replace(defaults, **overrides)
+    values = {key: config.parameters[key].string_value for key in keys if key != ENABLED_KEY}
+    settings = settings_with(defaults, values)
     if ENABLED_KEY in config.parameters:
         enabled = _parse_flag(ENABLED_KEY, config.parameters[ENABLED_KEY].string_value)
     else:
         enabled = on_by_default or bool(keys)
     return settings if enabled else None
+
+
+def settings_with(defaults: CircuitBreakerSettings, values: dict[str, str]) -> CircuitBreakerSettings:
+    """``defaults`` with ``values`` (``circuit_breaker.*`` key to its text) in their place, checked."""
+    overrides: dict[str, Any] = {}  # field name -> parsed value, checked by the settings
+    for key, text in values.items():
+        if key not in _SETTING_KEYS:
+            known = [ENABLED_KEY, *_SETTING_KEYS]
+            raise InvalidArgumentError(f"unknown parameters key '{key}'{did_you_mean(key, known)}")
+        overrides[_SETTING_KEYS[key]] = _parse(key, text)
+    return replace(defaults, **overrides)
 
 
 def _parse(key: str, text: str) -> float | int | None:

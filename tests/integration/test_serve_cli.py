@@ -59,7 +59,8 @@ def test_every_serve_flag_says_what_it_does(tmp_path: Path) -> None:
     done = conch("serve", "--help", cwd=tmp_path)
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     serve = commands.choices["serve"]
-    flags = {name for action in serve._actions for name in action.option_strings if name.startswith("--")}
+    shown = [action for action in serve._actions if action.help != argparse.SUPPRESS]  # hidden: deprecated
+    flags = {name for action in shown for name in action.option_strings if name.startswith("--")}
 
     described = option_descriptions(done.stdout)
 

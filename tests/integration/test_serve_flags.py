@@ -8,6 +8,8 @@ docs/lifecycle.md): the models' configs set no ``circuit_breaker.*`` key, so the
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,16 +59,8 @@ def test_breaker_flags_set_every_models_window_threshold_open_time_and_probes(
         repository,
         "--circuit-breaker",
         "true",
-        "--circuit-breaker-window-calls",
-        "2",
-        "--circuit-breaker-minimum-calls",
-        "2",
-        "--circuit-breaker-failure-rate-threshold",
-        "1.0",
-        "--circuit-breaker-open-seconds",
-        "1",
-        "--circuit-breaker-half-open-calls",
-        "2",
+        "--circuit-breaker-config",
+        "window_calls=2,minimum_calls=2,failure_rate_threshold=1.0,open_seconds=1,half_open_calls=2",
     )
     good, bad = [2, 2], [3, 3]
 
@@ -91,7 +85,7 @@ def test_breaker_flags_set_every_models_window_threshold_open_time_and_probes(
     assert circuit_state(server, "target-shape") == CLOSED
 
 
-def test_breaker_variables_and_slow_call_flags(
+def test_the_deprecated_breaker_flags_and_variables_still_work_with_a_warning(
     start_server: Callable[..., ServerProcess], repository: Path
 ) -> None:
     server = start_server(
@@ -113,3 +107,30 @@ def test_breaker_variables_and_slow_call_flags(
     assert refused == 503, "a slow half of the window opens the circuit"
     assert circuit_state(server, "counter") == OPEN
     assert circuit_state(server, "target-shape") == CLOSED, "each model has its own breaker"
+    assert "the --circuit-breaker-* flags are deprecated" in server.log()
+    named = "minimum_calls=2,slow_call_ms=50,slow_call_rate_threshold=0.5"
+    assert f"write --circuit-breaker-config {named}" in server.log()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("open_secs=10", "--circuit-breaker-config: unknown key 'open_secs'; did you mean 'open_seconds'"),
+        ("minimum_calls=500", "'minimum_calls' (500) must be at most 'window_calls' (100)"),
+        ("open_seconds", "expected KEY=VALUE pairs joined by commas"),
+        ("window_calls=many", "'window_calls' must be a whole number, got 'many'"),
+    ],
+)
+def test_a_bad_breaker_config_stops_the_server_naming_the_key(
+    repository: Path, tmp_path: Path, value: str, message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "conch.cli.main", "serve", str(repository), "--circuit-breaker-config", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+
+    assert done.returncode == 2
+    assert message in done.stderr
