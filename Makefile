@@ -12,7 +12,7 @@ CONSTRAINTS := constraints.txt
 # optional torch extra (torch==2.13.0, a CPU build from this machine's disk).
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test unit lint bench clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,15 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q
+
+# The first loop while changing code: lint, types, import contracts and the unit tests (no server
+# process, no Debian program). `make test` runs everything; `-m 'not prometheus and not chromium'`
+# and the other markers in pyproject.toml leave out the suites a machine cannot run.
+unit: $(TEST_STAMP)
+	$(VENV)/bin/ruff check conch tests examples bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -q tests/unit
 
 bench: $(TEST_STAMP)
 	$(VENV)/bin/pip install -q -c $(CONSTRAINTS) -e '.[bench]'

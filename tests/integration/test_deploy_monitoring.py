@@ -45,6 +45,7 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None or REDIS_SERVER is None,
     reason="prometheus or redis-server is not installed (make test installs both with apt-get)",
 )
+pytestmark = [pytestmark, pytest.mark.prometheus, pytest.mark.redis]  # the programs this file drives
 
 #: Prometheus's own series, not conch's exposition.
 PROMETHEUS_SERIES = {"up"}

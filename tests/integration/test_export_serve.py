@@ -32,6 +32,8 @@ from tests.fixtures.notebook_models import (
 )
 from tests.integration.server_process import ServerProcess
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 
 

@@ -31,6 +31,8 @@ from conch.validation.text_agreement import measure_text_versions
 from tests.fixtures.text_classifiers import CORPUS, LABELS, MAX_LENGTH, review_pipeline
 from tests.integration.server_process import ServerProcess
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 TEXTS = [
     "The film was WONDERFUL",

@@ -20,6 +20,7 @@ from tests.integration.server_process import ServerProcess
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="the prometheus binary is not installed (make test installs it with apt-get)"
 )
+pytestmark = [pytestmark, pytest.mark.prometheus]  # the programs this file drives
 
 MODEL = "scored"
 CONFIG = """

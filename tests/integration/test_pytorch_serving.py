@@ -31,6 +31,8 @@ from tests.fixtures.pytorch_models import (
 )
 from tests.integration.server_process import ServerProcess
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 GPU_STRICT = "instance_group [ { count: 1 kind: KIND_GPU } ]"
 GPU_FALLBACK = (
     "instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]\n"

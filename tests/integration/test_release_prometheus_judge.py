@@ -32,6 +32,7 @@ from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
 from tests.integration.server_process import free_port
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed")
+pytestmark = [pytestmark, pytest.mark.prometheus]  # the programs this file drives
 
 MODEL = "iris"
 LIMITS = GateLimits(

@@ -53,6 +53,7 @@ from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
 from tests.integration.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed")
+pytestmark = [pytestmark, pytest.mark.prometheus]  # the programs this file drives
 
 #: Version 2 of each model, as a factor of its input; version 1 is the input itself.
 CANDIDATES = {"agreeing": 2.0, "disagreeing": -1.0, "dark": 2.0}

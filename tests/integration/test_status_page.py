@@ -31,6 +31,8 @@ from tritonclient.utils import InferenceServerException
 from tests.fixtures.onnx_models import identity_model, reshape_model, scale_model, write_repository
 from tests.integration.server_process import ServerProcess
 
+pytestmark = pytest.mark.chromium  # the program this file drives
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",

@@ -32,6 +32,8 @@ from tests.integration.stream_helpers import (
     write_streams_yaml,
 )
 
+pytestmark = pytest.mark.redis  # the program this file drives
+
 MAX_RECORD_BYTES = 4096
 MAX_DELIVERIES = 2
 #: A slow model whose queue holds two requests: a stream's 64-record reads overflow it at once.

@@ -31,6 +31,8 @@ from tests.integration.stream_helpers import (
 )
 from tests.integration.stream_scenarios import answered, kill_and_restart, rebalance
 
+pytestmark = pytest.mark.redis  # the program this file drives
+
 SLOW_CONFIG = """
 name: "slow"
 max_batch_size: 8

@@ -17,6 +17,8 @@ from tests.integration.redis_server import RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
 from tests.integration.stream_helpers import produce, stream_entry, tally, wait_until, write_streams_yaml
 
+pytestmark = pytest.mark.redis  # the program this file drives
+
 SECRET = "s3cret-for-streams-only"
 
 

@@ -25,6 +25,7 @@ DATA_ALERT_TESTS = PROMTOOL_FIXTURES / "data_alerts_test.yaml"
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not installed (make test installs Debian's prometheus package)"
 )
+pytestmark = [pytestmark, pytest.mark.prometheus]  # the programs this file drives
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

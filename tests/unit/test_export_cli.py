@@ -25,6 +25,8 @@ from tests.fixtures.notebook_models import (
 )
 from tests.fixtures.onnx_models import add_sub_model
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 
 def conch_export(*args: str | Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "conch.cli.main", "export", *map(str, args)]

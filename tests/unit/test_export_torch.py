@@ -15,6 +15,8 @@ from conch.packaging.metadata import read_metadata
 from conch.repository.config import parse_config
 from tests.fixtures.notebook_models import dropout_mlp, images, measurements, small_cnn
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 
 def run_onnx(version_dir: Path, **feeds: np.ndarray) -> list[np.ndarray]:
     return list(ort.InferenceSession(str(version_dir / "model.onnx")).run(None, feeds))

@@ -33,6 +33,8 @@ from conch.server import InferenceServer
 from conch.validation.validator import validate_model
 from tests.fixtures.pytorch_models import CNN_INPUT, cnn_config, write_exported_mlp, write_torchscript_cnn
 
+pytestmark = pytest.mark.torch  # the program this file drives
+
 
 def parsed(text: str) -> mc.ModelConfig:
     return text_format.Parse(text, mc.ModelConfig())
