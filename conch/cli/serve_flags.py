@@ -105,10 +105,9 @@ LEGACY_BREAKER_FLAGS: list[tuple[str, Callable[[str], Any]]] = [
 
 
 def breaker_pairs(text: str) -> dict[str, str]:
-    """``key=value,key=value`` as ``circuit_breaker.*`` key to value text; the values are checked with
-    the model parameters' own rules (:func:`breaker_defaults`)."""
-    from conch.models.circuit_breaker import PREFIX
-
+    """``key=value,key=value`` as key to value text; the keys and values are checked with the model
+    parameters' own rules by :func:`breaker_defaults` (importing them here would import gRPC while
+    the flags are parsed, before ``conch serve`` sets gRPC's listener)."""
     pairs: dict[str, str] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -119,7 +118,7 @@ def breaker_pairs(text: str) -> dict[str, str]:
                 "expected KEY=VALUE pairs joined by commas, such as open_seconds=10,minimum_calls=50, "
                 f"got '{item}'"
             )
-        pairs[PREFIX + key.strip()] = value.strip()
+        pairs[key.strip()] = value.strip()
     return pairs
 
 
@@ -143,7 +142,8 @@ def breaker_defaults(args: argparse.Namespace) -> Any:
             file=sys.stderr,
         )
     try:
-        return settings_with(CircuitBreakerSettings(), {**legacy, **args.circuit_breaker_config})
+        given = {PREFIX + key: value for key, value in args.circuit_breaker_config.items()}
+        return settings_with(CircuitBreakerSettings(), {**legacy, **given})
     except ConchError as exc:
         message = exc.message.replace("unknown parameters key", "unknown key").replace("parameters '", "'")
         raise ValueError("--circuit-breaker-config: " + message.replace("'circuit_breaker.", "'")) from None

@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 from conch.core.errors import ConchError
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
-from conch.frontends.grpc.call_gate import SERVICE
+from conch.frontends.grpc.call_admission import SERVICE
 from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, GrpcConnectionLimits, grpc_server_options
 from conch.frontends.grpc.status import STATUS_BY_NUMBER, abort
 from conch.frontends.tls import TlsFiles, bind_grpc

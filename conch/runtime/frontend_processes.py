@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.frontends.grpc.call_gate import stream_gate
+from conch.frontends.grpc.call_admission import stream_admission
 from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.grpc.grpc_server import served_methods
 from conch.frontends.grpc.servicer import InferenceServicer
@@ -161,7 +161,7 @@ def frontends_for(
     """``count`` frontend processes for ``server``, their relayed gRPC calls answered by
     the same handlers (gateway, counters, inference log) as the in-process gRPC server's. The hub's
     HTTP app is set once the server has built it."""
-    servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
+    servicer = InferenceServicer(server, stream_admission(gateway) if gateway is not None else None)
     servicer.inference_log = journal
     hub = FrontendHub(server, None, served_methods(servicer, codes.grpc, gateway), codes)
     decode_here = gateway is None and journal is None and tracing.tracer is None

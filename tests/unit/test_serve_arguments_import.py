@@ -18,6 +18,7 @@ from conch.cli.main import build_parser
 build_parser().parse_args([
     "serve", "--fallback-strategy", "MODEL->CPU->BUSINESS", "--log-format", "json", "--log-level", "verbose",
     "--circuit-breaker", "true", "--model-control-mode", "poll", "--health-max-memory-ratio", "0.9",
+    "--circuit-breaker-config", "open_seconds=10,minimum_calls=5",
 ])
 print(sorted(name for name in ("grpc", "tritonclient", "onnxruntime") if name in sys.modules))
 """

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2_grpc
 from conch.core.errors import ConchError
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.acceptors import CallAcceptors
-from conch.frontends.grpc.call_gate import SERVICE, stream_gate, wrapped_methods
+from conch.frontends.grpc.call_admission import SERVICE, stream_admission, wrapped_methods
 from conch.frontends.grpc.grpc_options import (
     DEFAULT_ACCEPTORS,
     MAX_MESSAGE_BYTES,
@@ -68,7 +68,7 @@ def create_grpc_server(
     on."""
     options = grpc_server_options(reuse_port, max_message_bytes, connection_limits)
     grpc_server = grpc.aio.server(options=options)
-    servicer = InferenceServicer(server, stream_gate(gateway) if gateway is not None else None)
+    servicer = InferenceServicer(server, stream_admission(gateway) if gateway is not None else None)
     servicer.inference_log = inference_log
     model_infer = register_servicer(grpc_server, servicer, acceptors, codes, gateway)
     bind_grpc(grpc_server, address, tls or TlsFiles())
@@ -84,7 +84,7 @@ def register_servicer(
 ) -> CallAcceptors:
     """Register ``servicer`` as conch does: one generic handler (as :func:`generic_handlers_only`
     builds), and ``acceptors`` tasks that accept ModelInfer calls (start them once the server has
-    started); each method wrapped by :func:`~conch.frontends.grpc.call_gate.wrapped_methods`."""
+    started); each method wrapped by :func:`~conch.frontends.grpc.call_admission.wrapped_methods`."""
     methods = served_methods(servicer, codes, gateway)
     grpc_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     return CallAcceptors(grpc_server, MODEL_INFER_METHOD, methods["ModelInfer"], acceptors)

@@ -37,11 +37,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Translates the Triton gRPC service into :class:`InferenceServer` calls."""
 
     def __init__(
-        self, server: InferenceServer, stream_gate: Callable[[Any, Any], None] | None = None
+        self, server: InferenceServer, stream_admission: Callable[[Any, Any], None] | None = None
     ) -> None:
         self.server = server
-        #: Admits each message of a stream (:func:`~conch.frontends.grpc.call_gate.stream_gate`), or None.
-        self.stream_gate = stream_gate
+        #: Admits each message of a stream (:func:`.call_admission.stream_admission`), or None.
+        self.stream_admission = stream_admission
         #: The system shared-memory regions, shared with the HTTP frontend of the same server.
         self.regions = registry_of(server)
         #: ``--log-inferences`` and the audit sample; None when both are off.
@@ -192,8 +192,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def answer(message: pb.ModelInferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
             try:
-                if self.stream_gate is not None:
-                    self.stream_gate(message, context)
+                if self.stream_admission is not None:
+                    self.stream_admission(message, context)
                 if self.server.is_decoupled(message.model_name, message.model_version):
                     async for reply in self._infer_decoupled(message):
                         yield reply

@@ -5,7 +5,7 @@ Why wrap handlers rather than use a server interceptor: ModelInfer calls accepte
 own per RPC. A wrapper is one coroutine frame around the method; without a gateway it only counts.
 
 ``ModelStreamInfer`` is counted once per stream; its messages are admitted one by one by the
-servicer (:attr:`InferenceServicer.stream_gate`), so a refused message is an error on the stream
+servicer (:attr:`InferenceServicer.stream_admission`), so a refused message is an error on the stream
 and the stream goes on, as any failed message is.
 """
 
@@ -57,7 +57,7 @@ def _unary(name: str, behavior: Any, codes: Counter[str], gateway: Gateway | Non
 
         return counted
 
-    async def gated(request: Any, context: Any) -> Any:
+    async def admitted(request: Any, context: Any) -> Any:
         try:
             call = grpc_call(name, request)
             try:
@@ -74,7 +74,7 @@ def _unary(name: str, behavior: Any, codes: Counter[str], gateway: Gateway | Non
         codes["OK"] += 1
         return reply
 
-    return gated
+    return admitted
 
 
 def _stream(behavior: Any, codes: Counter[str]) -> Any:
@@ -90,7 +90,7 @@ def _stream(behavior: Any, codes: Counter[str]) -> Any:
     return counted
 
 
-def stream_gate(gateway: Gateway) -> Callable[[Any, Any], None]:
+def stream_admission(gateway: Gateway) -> Callable[[Any, Any], None]:
     """Admits one message of a ModelStreamInfer stream; raises the ConchError that refuses it."""
 
     def admit(message: Any, context: Any) -> None:
