@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.integration.otlp_receiver import OtlpReceiver
+from tests.integration.prometheus_server import Prometheus, running_prometheus
 from tests.integration.server_process import ServerProcess
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
@@ -85,3 +86,12 @@ def receiver() -> Iterator[OtlpReceiver]:
     """A real OTLP/HTTP receiver on loopback for the module's traced servers (``receiver.url``)."""
     with OtlpReceiver() as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus scraping the module's ``conch`` server every second."""
+    with running_prometheus(
+        tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{conch.metrics_port}"]
+    ) as url:
+        yield Prometheus(url)

@@ -40,6 +40,7 @@ from conch.packaging.install import install_package
 from conch.packaging.package import package_model
 from conch.packaging.semver import parse_semver
 from conch.validation import validate_path
+from tests.fixtures.data_contracts import AMOUNT_CONTRACT
 from tests.fixtures.python_models import write_python_model
 from tests.integration.server_process import ServerProcess
 
@@ -113,17 +114,6 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
-ECHO_CONTRACT = {
-    "fields": [
-        {
-            "name": "amount",
-            "type": "number",
-            "constraints": {"required": False},
-            "conch": {"datatype": "FP32", "missing": "default", "default": 5.0},
-        }
-    ],
-    "conch": {"data_version": {"required": True}},
-}
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +154,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory, trained: tuple[pd.DataF
     broken = root / "broken" / "1" / "contract.yaml"
     broken.write_text(broken.read_text().replace("missing: impute", "missing: sometimes"))
     write_python_model(root, "echo", ECHO_CONFIG, ECHO_CODE)
-    (root / "echo" / "1" / "contract.yaml").write_text(yaml.safe_dump(ECHO_CONTRACT))
+    (root / "echo" / "1" / "contract.yaml").write_text(yaml.safe_dump(AMOUNT_CONTRACT))
     stream_config = (
         ECHO_CONFIG.replace('"echo"', '"echo_stream"') + "model_transaction_policy { decoupled: true }\n"
     )
     write_python_model(root, "echo_stream", stream_config, ECHO_STREAM_CODE)
-    (root / "echo_stream" / "1" / "contract.yaml").write_text(yaml.safe_dump(ECHO_CONTRACT))
+    (root / "echo_stream" / "1" / "contract.yaml").write_text(yaml.safe_dump(AMOUNT_CONTRACT))
     return root
 
 

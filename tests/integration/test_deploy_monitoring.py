@@ -34,11 +34,10 @@ from tests.fixtures.monitoring_queries import (
 from tests.fixtures.onnx_models import add_sub_model, reshape_model, scale_model, write_repository
 from tests.fixtures.pytorch_models import cnn_config, write_torchscript_cnn
 from tests.integration.metrics_scrape import scrape
-from tests.integration.prometheus_server import PROMETHEUS, running_prometheus
+from tests.integration.prometheus_server import PROMETHEUS, Prometheus
 from tests.integration.redis_server import REDIS_SERVER, RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
 from tests.integration.stream_helpers import produce, stream_entry, write_streams_yaml
-from tests.integration.test_prometheus import Prometheus
 from tests.integration.test_resilience import BREAKER, GOOD, call, fixed_reshape_model
 
 pytestmark = pytest.mark.skipif(
@@ -98,14 +97,6 @@ def conch(
     return start_server(
         _repository(home / "models"), "--state-dir", str(home / "state"), "--streams", str(streams)
     )
-
-
-@pytest.fixture(scope="module")
-def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with running_prometheus(
-        tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{conch.metrics_port}"]
-    ) as url:
-        yield Prometheus(url)
 
 
 def _send_traffic(conch: ServerProcess, broker: RedisServer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from conch.observability.statistics import LATENCY_BUCKETS_S
 from tests.fixtures.onnx_models import add_sub_model, write_repository
 from tests.integration.metrics_scrape import HISTOGRAMS, TRITON_COUNTERS
-from tests.integration.prometheus_server import PROMETHEUS, Prometheus, running_prometheus
+from tests.integration.prometheus_server import PROMETHEUS, Prometheus
 from tests.integration.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(
@@ -62,14 +62,6 @@ def conch(
 ) -> ServerProcess:
     root = write_repository(tmp_path_factory.mktemp("prometheus-models"), {MODEL: (add_sub_model(), None)})
     return start_server(root)
-
-
-@pytest.fixture(scope="module")
-def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with running_prometheus(
-        tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{conch.metrics_port}"]
-    ) as url:
-        yield Prometheus(url)
 
 
 def request_inputs(index: int) -> tuple[list[httpclient.InferInput], np.ndarray | None]:

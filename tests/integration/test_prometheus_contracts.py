@@ -5,7 +5,7 @@ and the freshness of answers whose ingestion time the client set."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,8 +13,9 @@ import tritonclient.http as httpclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
+from tests.fixtures.data_contracts import AMOUNT_CONTRACT
 from tests.fixtures.python_models import write_python_model
-from tests.integration.prometheus_server import PROMETHEUS, Prometheus, running_prometheus
+from tests.integration.prometheus_server import PROMETHEUS, Prometheus
 from tests.integration.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(
@@ -42,17 +43,6 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("score", amount * 2)]))
         return responses
 """
-CONTRACT = {
-    "fields": [
-        {
-            "name": "amount",
-            "type": "number",
-            "constraints": {"required": False},
-            "conch": {"datatype": "FP32", "missing": "default", "default": 5.0},
-        }
-    ],
-    "conch": {"data_version": {"required": True}},
-}
 #: Every request's data was ingested this long before it was sent.
 AGE_S = 2.0
 #: Of each 10 requests: 6 whole, 3 without ``amount`` (filled), 1 without ``data_version`` (refused).
@@ -66,16 +56,8 @@ def conch(
 ) -> ServerProcess:
     root = tmp_path_factory.mktemp("contract-models")
     write_python_model(root, MODEL, CONFIG, CODE)
-    (root / MODEL / "1" / "contract.yaml").write_text(yaml.safe_dump(CONTRACT))
+    (root / MODEL / "1" / "contract.yaml").write_text(yaml.safe_dump(AMOUNT_CONTRACT))
     return start_server(root)
-
-
-@pytest.fixture(scope="module")
-def prometheus(conch: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with running_prometheus(
-        tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{conch.metrics_port}"]
-    ) as url:
-        yield Prometheus(url)
 
 
 def send(client: httpclient.InferenceServerClient, kind: str) -> None:
