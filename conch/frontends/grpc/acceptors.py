@@ -6,7 +6,7 @@ poller thread and two turns of the event loop *before the next call can be accep
 send a burst, the calls wait in the core and are let in one by one, and the loop idles between them.
 With a few requests for the next call pending at all times, the core hands over a whole burst at
 once. An empty servicer (``python -m bench.grpc_floor``) went from 5,000-5,900 to 9,200-10,450
-calls/s at 32 perf_analyzer clients, and a lone call did not get slower (see ``docs/tuning.md``).
+calls/s at 32 perf_analyzer clients, and a lone call did not get slower.
 
 How: the method is registered with gRPC's core by name (``add_registered_method_handlers``, public
 API), and each of ``count`` tasks keeps one request for its next call pending. An accepted call of a

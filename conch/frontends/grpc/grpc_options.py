@@ -22,7 +22,7 @@ LISTENER_EXPERIMENT = "event_engine_listener"
 MODEL_INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 #: How many of its calls the server stands ready to accept at once. Measured on 2 cores at 32 clients:
-#: 8 and 32 gave the same calls/s (the empty servicer, ``docs/tuning.md``); each costs one task.
+#: 8 and 32 gave the same calls/s (the empty servicer); each costs one task.
 DEFAULT_ACCEPTORS = 8
 
 

@@ -6,7 +6,7 @@ and the client's close, each one a wake-up of the event loop through gRPC's poll
 unary call the close comes with the answer, so conch asks for both in the batch that sends the
 answer: one task and three completions. At 32 perf_analyzer clients on the ``tiny`` model, 2 cores,
 calls/s rose 1.10x and the server's CPU per call fell to 0.90x against the tree before (paired
-medians of 6 rounds, ``python -m bench.grpc_cpu_ab``; figures in ``docs/tuning.md``).
+medians of 6 rounds, ``python -m bench.grpc_cpu_ab``).
 
 A request that is not a message of the method's type ends INVALID_ARGUMENT with a message saying so
 (``grpc.aio`` ends it UNKNOWN with the parser's exception).
