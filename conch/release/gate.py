@@ -280,6 +280,13 @@ def judge(figures: GateFigures, limits: GateLimits) -> Judgement:
     return Judgement(ready=ready, checks=checks)
 
 
+#: Seconds the latency test must have found the candidate slower, look after look, before it fails:
+#: an identical candidate read slower 6 s into a served 50% step on a loaded 2-core machine (the
+#: version whose share rose still queued) and was rolled back on one look and its confirmation 0.3 s
+#: later; a slower model stays slower over any span.
+LATENCY_HOLD_S = 10.0
+
+
 class GateTracker:
     """Counts consecutive failed judgements; ``failure_threshold`` of them trigger ``on_failure``.
 
@@ -292,7 +299,7 @@ class GateTracker:
         self.consecutive_failures = 0
         self.last_failure: Judgement | None = None
         #: The step's latency looks (:mod:`conch.release.sequential_gate`).
-        self.latency_looks = LatencyLooks(needed=failure_threshold)
+        self.latency_looks = LatencyLooks(needed=failure_threshold, hold_s=LATENCY_HOLD_S)
 
     def observe(self, judgement: Judgement) -> bool:
         """Count one judgement; True when the threshold is reached."""
@@ -312,4 +319,4 @@ class GateTracker:
         """A new step starts with no failure counted and no latency look."""
         self.consecutive_failures = 0
         self.last_failure = None
-        self.latency_looks = LatencyLooks(needed=self.failure_threshold)
+        self.latency_looks = LatencyLooks(needed=self.failure_threshold, hold_s=LATENCY_HOLD_S)

@@ -88,7 +88,7 @@ def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
         0.0 if resolved is None else resolved.noise,
     )
     if gate.judge == "local":
-        return judge_sequentially(held.figures.snapshot(), limits, held.tracker.latency_looks)
+        return judge_sequentially(held.figures.snapshot(), limits, held.tracker.latency_looks, now)
     assert gate.prometheus_url is not None
     window = max(1.0, release.step_elapsed_s(now))
     try:
@@ -103,7 +103,7 @@ def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
     except PrometheusUnavailableError as exc:
         log.warning("release of '%s': cannot judge now: %s", model, exc.message)
         return None
-    return judge_sequentially(figures, limits, held.tracker.latency_looks)
+    return judge_sequentially(figures, limits, held.tracker.latency_looks, now)
 
 
 def resolve_agreement(held: ModelRelease, model_dir: Path) -> AgreementLimit | None:

@@ -234,8 +234,9 @@ class LatencyLooks:
 
     A look's verdict holds until the next look, so the gate's ``failure_threshold`` counts looks here,
     not judgements: the check fails once ``needed`` looks in a row found the candidate slower
-    (``beyond`` of them so far). A slow moment at one look (a burst of load on the machine) is then
-    confirmed or cleared at the next, which has twice the answers.
+    (``beyond`` of them so far), and the first of them at least ``hold_s`` seconds ago
+    (``slower_since``). A slow moment (a burst of load, the queue of a version whose share just rose)
+    is then confirmed or cleared by later looks, with more answers and more time.
     """
 
     look: int = 0
@@ -243,6 +244,8 @@ class LatencyLooks:
     verdict: str = Verdict.UNSURE
     needed: int = 1
     beyond: int = 0
+    hold_s: float = 0.0
+    slower_since: float | None = None
 
 
 def latency_verdict(comparison: LatencyComparison, max_increase: float) -> str:

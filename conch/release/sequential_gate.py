@@ -38,13 +38,16 @@ from conch.release.sequential import (
 _OUTCOME = {Verdict.WITHIN: Outcome.PASSED, Verdict.BEYOND: Outcome.FAILED, Verdict.UNSURE: Outcome.PENDING}
 
 
-def judge_sequentially(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> Judgement:
-    """Every check of a step by its sequential test, at ``limits.alpha`` each (see the module)."""
+def judge_sequentially(
+    figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now: float = 0.0
+) -> Judgement:
+    """Every check of a step by its sequential test, at ``limits.alpha`` each (see the module), at
+    time ``now`` (seconds, for how long the latency test has found the candidate slower)."""
     base, cand = figures.baseline, figures.candidate
     ready = min(base.requests, cand.requests) >= limits.min_requests
     checks: tuple[Check, ...] = (
         _error_rate(figures, limits),
-        _latency(figures, limits, looks),
+        _latency(figures, limits, looks, now),
         _agreement(figures, limits),
         _drift(figures, limits),
     )
@@ -123,7 +126,7 @@ def _error_rate(figures: GateFigures, limits: GateLimits) -> Check:
     )
 
 
-def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> Check:
+def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now: float) -> Check:
     """Candidate P95 / baseline P95 - 1, tested at each look; without histograms (only P95s known) the
     point estimate is shown and the check settles if it keeps the limit."""
     limit = limits.max_p95_increase
@@ -146,7 +149,11 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         looks.look = look
         if compared is not None:
             looks.comparison, looks.verdict = compared, latency_verdict(compared, limit)
-            looks.beyond = looks.beyond + 1 if looks.verdict == Verdict.BEYOND else 0
+            slower = looks.verdict == Verdict.BEYOND
+            looks.beyond = looks.beyond + 1 if slower else 0
+            looks.slower_since = (
+                (now if looks.slower_since is None else looks.slower_since) if slower else None
+            )
     found = looks.comparison
     if found is None:
         keeps = estimate is None or estimate <= limit
@@ -155,9 +162,13 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks) -> C
         )
     lower, upper = math.exp(found.log_ratio - found.bound) - 1, math.exp(found.log_ratio + found.bound) - 1
     outcome = _OUTCOME[looks.verdict]
-    if outcome is Outcome.FAILED and looks.beyond < looks.needed:
+    held = 0.0 if looks.slower_since is None else now - looks.slower_since
+    if outcome is Outcome.FAILED and (looks.beyond < looks.needed or held < looks.hold_s):
         outcome = Outcome.PENDING
-        detail = f"slower at look {looks.look} ({looks.beyond} of {looks.needed} in a row): the next confirms"
+        detail = (
+            f"slower at look {looks.look} ({looks.beyond} of {looks.needed} in a row, for {held:.0f} of "
+            f"{looks.hold_s:g} s): later looks confirm or clear it"
+        )
     elif outcome is Outcome.FAILED and lower <= limit:  # the rank test proved it, not the P95
         detail = (
             f"every latency {1 + limit:g}x slower still ranks above the baseline's: "

@@ -130,7 +130,9 @@ def test_on_failure_pause_holds_the_step_and_its_weights(tmp_path: Path) -> None
 
 def test_a_slower_candidate_is_rolled_back_on_latency(tmp_path: Path) -> None:
     controller, traffic = release(tmp_path)
-    traffic.run(10, slowdown=2.0)
+    traffic.run(12, slowdown=2.0)
+    assert state(controller) == ("progressing", 1), "slower, but not yet for the hold time"
+    traffic.run(12, slowdown=2.0)
     assert state(controller) == ("rolled_back", 1)
     assert "p95_increase" in controller.releases[MODEL].release.history[-1].reason
 

@@ -152,8 +152,9 @@ def test_a_doubled_latency_fails_at_the_first_look_and_keeps_failing_until_the_n
     assert {c.name: c.outcome for c in again.checks}["p95_increase"] is Outcome.FAILED, "same look"
 
 
-def latency_check(figures: GateFigures, looks: LatencyLooks) -> tuple[Outcome, str]:
-    check = next(c for c in judge_sequentially(figures, LIMITS, looks).checks if c.name == "p95_increase")
+def latency_check(figures: GateFigures, looks: LatencyLooks, now: float = 0.0) -> tuple[Outcome, str]:
+    judgement = judge_sequentially(figures, LIMITS, looks, now)
+    check = next(c for c in judgement.checks if c.name == "p95_increase")
     return check.outcome, check.detail
 
 
@@ -161,13 +162,26 @@ def test_with_a_threshold_of_two_a_slow_look_is_confirmed_by_the_next_or_cleared
     # A slow moment at the first look (300 answers), gone by the second (600): never a failure.
     looks = LatencyLooks(needed=2)
     outcome, detail = latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks)
-    assert outcome is Outcome.PENDING and "slower at look 1 (1 of 2 in a row)" in detail
+    assert outcome is Outcome.PENDING and "slower at look 1 (1 of 2 in a row" in detail
     outcome, _ = latency_check(step_figures(1.0, 10, 600, slowdown=1.0), looks)
     assert outcome is not Outcome.FAILED and looks.look == 2 and looks.beyond == 0
     # A candidate slower at two looks in a row fails at the second.
     looks = LatencyLooks(needed=2)
     assert latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks)[0] is Outcome.PENDING
     assert latency_check(step_figures(1.0, 10, 600, slowdown=2.0), looks)[0] is Outcome.FAILED
+
+
+def test_a_slower_candidate_fails_only_once_it_has_stayed_slower_for_hold_s() -> None:
+    looks = LatencyLooks(needed=2, hold_s=10.0)
+    assert latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks, now=100.0)[0] is Outcome.PENDING
+    outcome, detail = latency_check(step_figures(1.0, 10, 600, slowdown=2.0), looks, now=101.0)
+    assert outcome is Outcome.PENDING and "for 1 of 10 s" in detail, "two looks, but 1 s apart"
+    assert latency_check(step_figures(1.0, 10, 600, slowdown=2.0), looks, now=110.5)[0] is Outcome.FAILED
+    # A look that clears it starts the time again.
+    looks = LatencyLooks(needed=2, hold_s=10.0)
+    latency_check(step_figures(1.0, 10, 300, slowdown=2.0), looks, now=0.0)
+    latency_check(step_figures(1.0, 10, 600, slowdown=1.0), looks, now=5.0)
+    assert looks.slower_since is None and looks.beyond == 0
 
 
 def test_a_settling_step_counts_answers_without_timing_them() -> None:
