@@ -14,6 +14,7 @@ from conch.cli.arguments import at_least, choice
 from conch.cli.serve_flags import FlagGroup, setting
 from conch.gateway.algorithms import parse_algorithms
 from conch.gateway.restricted import Restriction, parse_restriction
+from conch.runtime.variables import variable_of
 
 AUTH_MODES = ("none", "jwt")
 
@@ -67,7 +68,7 @@ def gateway_flags(serve: FlagGroup) -> None:
         "--auth jwt: the signature algorithms accepted, comma-separated; asymmetric ones only",
     )
     for flag, word in (("--http-restricted-api", "header"), ("--grpc-restricted-protocol", "metadata")):
-        variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+        variable = variable_of(flag)
         serve.add_argument(
             flag,
             action="append",

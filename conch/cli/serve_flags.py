@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from conch.cli.arguments import at_least, backend_setting, boolean, choice, ratio
+from conch.runtime.variables import variable_of
 
 
 class FlagGroup(Protocol):
@@ -28,7 +29,7 @@ def setting(parser: FlagGroup, flag: str, parse: Callable[[str], Any], default: 
     The default stays a string, so argparse parses it with ``parse`` exactly as it parses the flag: a
     bad environment value is refused with the same message and exit status 2.
     """
-    variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+    variable = variable_of(flag)
     described = f"{help} ({variable}, default {default or 'none'})".lstrip()
     parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
 
@@ -79,8 +80,9 @@ def resilience_flags(serve: FlagGroup) -> None:
         "conch docs lifecycle",
     )
     for flag, parse in LEGACY_BREAKER_FLAGS:  # before --circuit-breaker-config; hidden, for one release
-        variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
-        serve.add_argument(flag, type=parse, default=os.environ.get(variable), help=argparse.SUPPRESS)
+        serve.add_argument(
+            flag, type=parse, default=os.environ.get(variable_of(flag)), help=argparse.SUPPRESS
+        )
     setting(
         serve,
         "--fallback-strategy",

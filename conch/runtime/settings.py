@@ -19,6 +19,7 @@ from conch.lifecycle.deep_health import DeepHealthSettings
 from conch.models.circuit_breaker import CircuitBreakerSettings
 from conch.observability.inference_log import RequestLogSettings
 from conch.observability.tracing import TraceSettings
+from conch.runtime.variables import variable_of
 from conch.streams.config import StreamsConfig
 
 
@@ -92,7 +93,7 @@ PORT_FLAGS = {"HTTP": "--http-port", "gRPC": "--grpc-port", "metrics": "--metric
 def cannot_listen(host: str, port: int, what: str, reason: str = "") -> str:
     """Why a port could not be opened, and the flag and variable that choose another."""
     flag = PORT_FLAGS[what]
-    variable = "CONCH_" + flag.lstrip("-").replace("-", "_").upper()
+    variable = variable_of(flag)
     why = f": {reason}" if reason else ""
     return (
         f"cannot listen on {host}:{port} ({what}){why}; if another server holds it, choose another port "
