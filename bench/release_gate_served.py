@@ -13,11 +13,12 @@ The models take FP32 ``INPUT0`` [N, 4] of uniform values and answer ``OUTPUT0`` 
 score whose argmax is the prediction, after ``layers`` [512, 512] matrix products whose result is
 multiplied by zero (the compute). A candidate negates the rows whose first value is above
 ``flip_above``: above 0.995 changes about 0.5% of predictions (the benign retrain), above 0.5 about
-half (shuffled labels). The slower-compute candidate runs four times the layers: twice the layers
-(the simulation's doubled compute) read within the P95 limit to clients here, whose latency is mostly
-the frontends' queue at 16 clients on 2 cores, so it is not a candidate the gate should roll back.
-Each run also records, per step, the P95 ratio of the answers clients got (candidate / baseline), which
-says whether the candidate really broke the latency limit.
+half (shuffled labels). The slower-compute candidate runs sixteen times the layers, 3 ms more per
+batch of 8 against 0.1 ms: at 16 clients on 2 cores a client's latency is mostly the frontends'
+queue, so four times the layers (0.4 ms a batch) read 0.98x to 4.1x at the clients' P95 with the
+machine's load, sometimes inside the +20% limit, and was not a candidate the gate must roll back.
+Each run also records, per step, the P95 ratio of the answers clients got (candidate / baseline), and
+``clients_over_limit``: whether that ratio broke the default limit in the last step the gate judged.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ CASES: dict[str, tuple[float, int, str]] = {
     "identical": (2.0, LAYERS, "promoted"),
     "benign_retrain": (0.995, LAYERS, "promoted"),
     "shuffled_labels": (0.5, LAYERS, "rolled_back"),
-    "slower_compute": (2.0, 4 * LAYERS, "rolled_back"),
+    "slower_compute": (2.0, 16 * LAYERS, "rolled_back"),
 }
 CLIENTS = 16
+P95_LIMIT = 0.2  # the gate's default max_p95_increase
 DECIDED = {"promoted", "rolled_back", "paused", "failed"}
 
 
@@ -138,6 +140,8 @@ def run_case(name: str, scratch: Path, timeout_s: float) -> dict[str, Any]:
     gate = status["gate"] if status["gate"]["checks"] else judged["gate"]
     steps = [e["time"] for e in status["history"] if e["event"] in ("started", "advanced")]
     windows = list(zip(steps, [*steps[1:], decided["time"]], strict=True))
+    by_step = [_client_p95_ratio(during, start - wall, end - wall) for start, end in windows]
+    judged_ratios = [ratio for ratio in by_step[: len(STEPS) - 1] if ratio is not None]
     return {
         "case": name,
         "expected": expected,
@@ -150,9 +154,8 @@ def run_case(name: str, scratch: Path, timeout_s: float) -> dict[str, Any]:
         "client_answers": len(during),
         "candidate_share": candidate / len(during) if during else 0.0,
         "client_failures": len(traffic.failures),
-        "client_p95_ratio_by_step": [
-            _client_p95_ratio(during, start - wall, end - wall) for start, end in windows
-        ],
+        "client_p95_ratio_by_step": by_step,
+        "clients_over_limit": bool(judged_ratios) and judged_ratios[-1] > 1 + P95_LIMIT,
         "gate": gate,
     }
 
@@ -191,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{found['decided_after_s']} s after start, step {found['step']}, candidate "
                 f"{found['candidate_answers']} of {found['client_answers']} client answers "
                 f"({found['candidate_share']:.1%}), {found['client_failures']} client failures, clients' "
-                f"P95 ratio by step {found['client_p95_ratio_by_step']}; {found['reason']}"
+                f"P95 ratio by step {found['client_p95_ratio_by_step']}"
+                f"{' (over the limit)' if found['clients_over_limit'] else ''}; {found['reason']}"
             )
             for check in found["gate"]["checks"]:
                 print(f"    {check}", flush=True)
