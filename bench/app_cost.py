@@ -9,7 +9,7 @@ so that the part of the 52 us that is conch's own Python can be timed to a tenth
 With ``--layers``, each line replaces one more layer by its result, computed once beforehand: the
 difference between two lines is what that layer costs in place (interleaved with the other requests
 of its batch, which costs more than the same code timed alone in a loop). The garbage collector is
-set as ``conch serve`` sets it (``conch.garbage_collection.settle``): without that, the young
+set as ``conch serve`` sets it (``conch.runtime.garbage_collection.settle``): without that, the young
 collections that walk the requests in flight cost as much as a layer.
 
 Measured on the 2-core development VM at ``2857e0c``, ``tiny``, 32 requests at once (the median of 7
@@ -76,16 +76,16 @@ async def _measure(args: argparse.Namespace, scratch: Path) -> list[str]:
 
 def _serving(repository: Path) -> tuple[Any, Any]:
     """The app and server of ``conch serve REPOSITORY``, loaded, with the collector set as it sets it."""
-    from conch import garbage_collection
+    from conch.core.usable_cores import usable_cores
     from conch.frontends.http.app import HttpFrontend
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ModelControl
     from conch.models.served_models import ServedModels
     from conch.release.runner import release_controller
+    from conch.runtime import garbage_collection
+    from conch.runtime.assembly import control_settings
     from conch.runtime.settings import ServeSettings
     from conch.server import InferenceServer, ServerOptions
-    from conch.serving import control_settings
-    from conch.usable_cores import usable_cores
 
     settings = ServeSettings(repository=repository)
     models = ServedModels(repository)

@@ -134,7 +134,7 @@ def serve(kind: str, port: int) -> None:
         import uvloop
 
         from conch.http_server import HttpServer
-        from conch.serving import listen
+        from conch.runtime.model_process import listen
 
         uvloop.run(HttpServer(asgi_app).serve([listen("127.0.0.1", port, "HTTP")]))
     else:

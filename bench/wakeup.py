@@ -1,6 +1,6 @@
 """``python -m bench.wakeup``: what it costs here to wake a sleeping thread or process.
 
-Why: ``conch serve --busy-poll-us`` (``conch/busy_poll.py``) keeps the event loop polling after the
+Why: ``conch serve --busy-poll-us`` (``conch/runtime/busy_poll.py``) keeps the event loop polling after the
 last answer because, on a virtual machine whose idle CPUs halt, every wake-up of a thread asleep in
 ``epoll_wait`` or ``recv`` is slow. Two threads, then two processes, bounce one byte over a socketpair;
 each round trip is two wake-ups. On the 2-core development machine: about 40 us per round trip.

@@ -85,7 +85,7 @@ class InferenceServer:
         self.stopping = False
         #: Where statistics come from when this process is one of several workers (None: here).
         self.statistics_source: Callable[[], Awaitable[list[ModelStatistics]]] | None = None
-        #: Requests inside :meth:`infer` now, any model and protocol (``conch.busy_poll`` watches it).
+        #: Requests inside :meth:`infer` now, any model and protocol (``conch.runtime.busy_poll`` watches it).
         self.in_flight = RequestsInFlight()
         #: More that readiness waits for (a stream's broker): each says why not ready, or "".
         self.readiness_conditions: list[Callable[[], str]] = []

@@ -31,7 +31,7 @@ from conch.backends.placement import CPU, Placement
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
-from conch.usable_cores import usable_cores
+from conch.core.usable_cores import usable_cores
 
 _ORT_TYPES = {
     "tensor(bool)": "BOOL",

@@ -34,7 +34,7 @@ def guides() -> dict[str, Path]:
 
     ``conch.docs`` has no ``__init__.py`` (a namespace package), so ``importlib.resources`` reaches it in
     a wheel; a source checkout installed before the mapping existed falls back to ``docs/`` beside
-    the package, as :func:`conch.serving.embedded_repository` does for the examples.
+    the package, as :func:`conch.repository.embedded.embedded_repository` does for the examples.
     """
     try:
         entries = [Path(str(entry)) for entry in resources.files("conch.docs").iterdir()]

@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     from conch.frontends.grpc.grpc_options import prefer_iomgr_listener
 
     prefer_iomgr_listener()
-    from conch import serving
+    from conch.repository.embedded import embedded_repository
+    from conch.runtime.listening import ServeError
+    from conch.runtime.model_process import serve
     from conch.runtime.settings import ServeSettings
 
     if args.repository.startswith("s3://"):
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             return exc.exit_status
         repository = store.root
     else:
-        repository = Path(args.repository) if args.repository else serving.embedded_repository()
+        repository = Path(args.repository) if args.repository else embedded_repository()
     if not repository.is_dir():
         print(f"conch: model repository '{args.repository}' is not a folder", file=sys.stderr)
         return 2
@@ -340,12 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.workers == 1:
-            serving.run(settings)
+            serve(settings)
         else:
-            from conch.workers import run_workers
+            from conch.runtime.replicas import run_workers
 
             run_workers(settings, args.workers)
-    except serving.ServeError as exc:
+    except ServeError as exc:
         print(f"conch: {exc}", file=sys.stderr)
         return 1
     return 0

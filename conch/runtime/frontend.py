@@ -19,14 +19,14 @@ import sys
 
 import uvloop
 
-from conch import garbage_collection
-from conch.busy_poll import BusyPoll
 from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
 from conch.http_server import HttpServer
 from conch.observability.access_log import enable_access_log
 from conch.observability.log_format import configure_logging
+from conch.runtime import garbage_collection
+from conch.runtime.busy_poll import BusyPoll
 from conch.runtime.frontend_grpc import create_frontend_grpc
 from conch.runtime.frontend_http import FrontendHttpApp
 from conch.runtime.model_link import ModelLink
@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http-limits", required=True, help="HttpLimits as JSON")
     parser.add_argument("--access-log", type=int, default=0)
     parser.add_argument("--tls", required=True, help="TlsSettings as JSON (conch.frontends.tls)")
-    parser.add_argument("--busy-poll-us", type=int, default=0, help="as conch serve's (conch.busy_poll)")
+    parser.add_argument(
+        "--busy-poll-us", type=int, default=0, help="as conch serve's (conch.runtime.busy_poll)"
+    )
     parser.add_argument("--log-level", type=int, default=logging.INFO)
     parser.add_argument("--log-format", default="auto")
     args = parser.parse_args(argv)

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from conch.core.usable_cores import usable_cores
 from conch.observability import tracing
-from conch.usable_cores import usable_cores
 
 if TYPE_CHECKING:
     from conch.runtime.settings import ServeSettings

@@ -15,9 +15,9 @@ from itertools import count
 from typing import Any
 
 from conch.backends.python.stub.conch_ipc import SegmentPool, SegmentReader
-from conch.busy_poll import BusyPoll
 from conch.core.errors import UnavailableError
 from conch.core.types import InferenceRequest, InferenceResponse
+from conch.runtime.busy_poll import BusyPoll
 from conch.runtime.coalescing import CoalescingConnection
 from conch.runtime.handoff import error_of, read_response, request_message
 from conch.runtime.hub import KEPT_SEGMENTS, LARGEST_KEPT_BYTES, SEGMENT_BYTES
@@ -41,7 +41,7 @@ class ModelLink:
         self._ids = count(1)
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._pieces: dict[int, asyncio.Queue[dict[str, Any]]] = {}
-        #: Requests waiting on the model process (what :mod:`conch.busy_poll` watches here).
+        #: Requests waiting on the model process (what :mod:`conch.runtime.busy_poll` watches here).
         self.in_flight = RequestsInFlight()
         self.poll: BusyPoll | None = None
 

@@ -1,6 +1,6 @@
 """What ``conch serve`` was asked to do: every flag and ``CONCH_*`` variable, in one frozen record.
 
-The CLI builds it (:mod:`conch.cli.main`), :func:`conch.serving.serve` assembles the server
+The CLI builds it (:mod:`conch.cli.main`), :func:`conch.runtime.assembly.assemble` builds the server
 from it, and the supervisors (``--workers``, ``--frontends``) hand it to their processes.
 """
 

@@ -27,7 +27,7 @@ class RequestsInFlight:
     Why: a request that is alone may run its model on the event loop thread instead of an instance's
     worker thread, saving the hop there and back (about 70 us measured at concurrency 1), because
     nothing else needs the loop meanwhile; and when the last one leaves, ``on_idle`` lets
-    :mod:`conch.busy_poll` keep the loop polling.
+    :mod:`conch.runtime.busy_poll` keep the loop polling.
     """
 
     def __init__(self) -> None:

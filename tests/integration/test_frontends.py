@@ -27,8 +27,8 @@ import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
+from conch.core.usable_cores import usable_cores
 from conch.runtime.frontend_count import auto_frontends
-from conch.usable_cores import usable_cores
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess, free_port, processes_running, requests_counted

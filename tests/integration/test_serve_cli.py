@@ -129,8 +129,8 @@ def test_conch_docs_unknown_topic_names_the_closest(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
-DEBUG_LINE = "DEBUG conch.serving: serve settings: ServeSettings("
-INFO_LINE = "INFO conch.serving: loading model repository"
+DEBUG_LINE = "DEBUG conch.runtime.model_process: serve settings: ServeSettings("
+INFO_LINE = "INFO conch.runtime.model_process: loading model repository"
 EMPTY_WARNING = "WARNING conch.lifecycle.model_control: model repository"
 
 

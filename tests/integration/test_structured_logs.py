@@ -142,7 +142,9 @@ def test_every_log_line_is_a_json_object_with_time_level_logger_and_message(
         assert record["logger"] and isinstance(record["message"], str), record
     assert any(r["message"].startswith("loading model repository ") for r in records)
     serving = [
-        r for r in records if r["logger"] == "conch.serving" and r["message"].startswith("serving: HTTP")
+        r
+        for r in records
+        if r["logger"] == "conch.runtime.model_process" and r["message"].startswith("serving: HTTP")
     ]
     assert serving, records
 
@@ -210,9 +212,11 @@ def test_conch_log_format_text_gives_text_lines(repository: Path, tmp_path: Path
     lines = server.log_lines()
 
     records = [line for line in lines if TEXT_LINE.match(line)]
-    assert any(" INFO conch.serving: loading model repository " in line for line in records), lines
+    assert any(" INFO conch.runtime.model_process: loading model repository " in line for line in records), (
+        lines
+    )
     assert any(" ERROR " in line and "model=broken version=1" in line for line in records), lines
-    assert any(line.endswith(" INFO conch.serving: stopped") for line in records), lines
+    assert any(line.endswith(" INFO conch.runtime.model_process: stopped") for line in records), lines
     assert not any(line.startswith("{") for line in lines), lines
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from conch.busy_poll import BusyPoll, poll_when_idle
+from conch.runtime.busy_poll import BusyPoll, poll_when_idle
 from conch.scheduling.scheduler import RequestsInFlight
 
 

@@ -1,4 +1,4 @@
-"""conch.garbage_collection.settle: the heap built at start is frozen, collections are spaced out,
+"""conch.runtime.garbage_collection.settle: the heap built at start is frozen, collections are spaced out,
 and garbage cycles made afterwards are still collected."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conch import garbage_collection
+from conch.runtime import garbage_collection
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def test_json_mode_writes_uvicorn_grpc_and_warnings_records_as_json() -> None:
         configure_logging(logging.INFO, "json", stream)
         logging.getLogger("uvicorn.error").warning("Invalid HTTP request received.")
         logging.getLogger("grpc._cython.cygrpc").error("channel broke")
-        logging.getLogger("conch.serving").debug("below the level")
+        logging.getLogger("conch.runtime.model_process").debug("below the level")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)

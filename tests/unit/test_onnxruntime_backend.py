@@ -24,9 +24,9 @@ from conch.backends.signature import TensorSignature
 from conch.core import datatypes
 from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming
+from conch.core.usable_cores import usable_cores
 from conch.repository.autocomplete import complete_defaults, complete_from_signature
 from conch.repository.config import fields_set_in_text, parse_config
-from conch.usable_cores import usable_cores
 from tests.fixtures.onnx_models import (
     ONNX_TYPES,
     add_sub_model,
@@ -277,7 +277,7 @@ def test_session_option_defaults_share_the_cores_between_instances() -> None:
 def test_default_threads_share_the_cores_among_instances(
     monkeypatch: pytest.MonkeyPatch, cores: int, instances: int, threads: int
 ) -> None:
-    # The cores this process may use (affinity and cgroup quota), not the machine's: conch.usable_cores.
+    # The cores this process may use (affinity and cgroup quota), not the machine's: conch.core.usable_cores.
     monkeypatch.setattr(onnxruntime_backend, "usable_cores", lambda: cores)
 
     assert default_intra_op_threads(instances) == threads

@@ -1,4 +1,4 @@
-"""The cores conch sizes itself by (``conch.usable_cores``): the affinity mask, capped by a cgroup
+"""The cores conch sizes itself by (``conch.core.usable_cores``): the affinity mask, capped by a cgroup
 CPU quota, read from real files laid out as the kernel lays them out."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conch.usable_cores import cgroup_cpu_quota, usable_cores
+from conch.core.usable_cores import cgroup_cpu_quota, usable_cores
 
 
 def write(path: Path, text: str) -> Path:
@@ -53,7 +53,7 @@ def test_a_quota_caps_the_affinity_and_a_fraction_rounds_down(tmp_path: Path) ->
 
 
 def test_a_process_under_taskset_counts_only_its_cores() -> None:
-    code = "from conch.usable_cores import usable_cores; print(usable_cores())"
+    code = "from conch.core.usable_cores import usable_cores; print(usable_cores())"
     done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "1", done.stderr
 

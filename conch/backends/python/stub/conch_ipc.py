@@ -40,7 +40,9 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 GROWTH_BYTES = 1 << 20
 #: Free segments a pool keeps for reuse; more than this are removed.
 KEPT_FREE = 4
-_LENGTH = struct.Struct("<I")
+#: Every message between conch's processes (the stub, frontend processes, replicas) travels as this
+#: header, the payload's length, and then the payload pickled.
+FRAME_HEADER = _LENGTH = struct.Struct("<I")
 _ALIGN = 64
 
 NUMPY_OF = {
@@ -130,7 +132,7 @@ class Channel:
         return b"".join(chunks)
 
 
-def encode_frame(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+def encode_frame(message: Any) -> bytes:
     """One message, or a list of them, as it travels (for writers that send without :class:`Channel`)."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _LENGTH.pack(len(payload)) + payload

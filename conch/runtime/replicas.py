@@ -33,7 +33,6 @@ from typing import Any
 import uvloop
 from prometheus_client.core import Metric
 
-from conch.control_channel import ControlChannel
 from conch.core.errors import ConchError
 from conch.http_server import HttpServer
 from conch.observability.exposition import metrics_app
@@ -41,8 +40,10 @@ from conch.observability.metrics import supervisor_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.observability.worker_families import MergedFamilies, merge_families
 from conch.repository.config import parse_config
+from conch.runtime.control_channel import ControlChannel, WorkerLink
+from conch.runtime.listening import ServeError, listen
+from conch.runtime.model_process import serve
 from conch.runtime.settings import ServeSettings
-from conch.serving import ServeError, WorkerLink, listen, run
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def sequence_models(repository: Path) -> list[str]:
 
 def _run_worker(settings: ServeSettings, link: WorkerLink) -> int:
     try:
-        run(settings, link)
+        serve(settings, link)
     except ServeError as exc:
         log.error("worker %d: %s", link.index, exc)
         return 1

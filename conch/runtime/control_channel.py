@@ -1,8 +1,9 @@
 """Questions and answers between the supervisor and its worker processes, over a socketpair.
 
-Each message is a 4-byte big-endian length and a pickle. Both ends are conch processes started from
-the same ``conch serve``, so pickle carries no outside input. A channel serves one direction: one side
-only :meth:`ask`, the other only :meth:`answer`.
+Each message is framed as every message between conch's processes is (``conch_ipc.encode_frame``: a
+4-byte length and a pickle). Both ends are conch processes started from the same ``conch serve``, so
+pickle carries no outside input. A channel serves one direction: one side only :meth:`ask`, the other
+only :meth:`answer`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import pickle
 import socket
-import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-_LENGTH = struct.Struct(">I")
+from conch.backends.python.stub.conch_ipc import FRAME_HEADER, encode_frame
 
 
 class ControlChannel:
@@ -51,10 +52,19 @@ class ControlChannel:
 
 
 def _send(writer: asyncio.StreamWriter, message: Any) -> None:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    writer.write(_LENGTH.pack(len(payload)) + payload)
+    writer.write(encode_frame(message))
 
 
 async def _receive(reader: asyncio.StreamReader) -> Any:
-    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    (length,) = FRAME_HEADER.unpack(await reader.readexactly(FRAME_HEADER.size))
     return pickle.loads(await reader.readexactly(length))
+
+
+@dataclass
+class WorkerLink:
+    """What a worker process gets from the supervisor: the shared HTTP socket and two channels."""
+
+    index: int
+    http_socket: socket.socket
+    statistics_requests: ControlChannel  # the supervisor asks this worker for its statistics
+    aggregate: ControlChannel  # this worker asks the supervisor for everyone's statistics
