@@ -90,15 +90,16 @@ def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
     if gate.judge == "local":
         return judge_sequentially(held.figures.snapshot(), limits, held.tracker.latency_looks, now)
     assert gate.prometheus_url is not None
-    window = max(1.0, release.step_elapsed_s(now))
+    elapsed = release.step_elapsed_s(now)
     try:
         figures = prometheus_figures(
             PrometheusClient(gate.prometheus_url),
             model,
             str(release.baseline),
             str(release.spec.candidate),
-            window,
+            max(1.0, elapsed),
             gate.drift_threshold,
+            timed_s=elapsed - STEP_SETTLE_S,  # a step's first seconds are counted, not timed
         )
     except PrometheusUnavailableError as exc:
         log.warning("release of '%s': cannot judge now: %s", model, exc.message)

@@ -70,12 +70,17 @@ def _selector(**labels: str) -> str:
     return "{" + ",".join(f"{name}={_label(value)}" for name, value in labels.items()) + "}"
 
 
-def prometheus_queries(model: str, baseline: str, candidate: str, window_s: float) -> dict[str, str]:
+def prometheus_queries(
+    model: str, baseline: str, candidate: str, window_s: float, timed_s: float | None = None
+) -> dict[str, str]:
     """The PromQL that gives one step's figures, keyed as :func:`figures_from_prometheus` reads them.
 
-    ``window_s`` is the part of the step to judge, usually the time since the step started.
+    ``window_s`` is the part of the step to judge, usually the time since the step started; ``timed_s``
+    (default: all of it) the last part of it whose latencies count, as the local gate leaves a step's
+    first seconds untimed. Below one second, no latency is asked for (the gate's latency check waits).
     """
-    window = f"[{max(1, round(window_s * 1000))}ms]"  # PromQL durations are whole numbers of a unit
+    window = _range(window_s)
+    timed = window if timed_s is None else _range(timed_s) if timed_s >= 1.0 else None
     queries: dict[str, str] = {}
     for role, version in ((Role.BASELINE, baseline), (Role.CANDIDATE, candidate)):
         answers = _selector(model=model, version=version)
@@ -83,12 +88,14 @@ def prometheus_queries(model: str, baseline: str, candidate: str, window_s: floa
         queries[f"{role}_server_errors"] = (
             f"sum(increase(conch_release_server_errors_total{answers}{window}))"
         )
+        if timed is None:
+            continue
         queries[f"{role}_p95"] = (
             "histogram_quantile(0.95, sum by (le) "
-            f"(rate(conch_inference_request_duration_seconds_bucket{answers}{window})))"
+            f"(rate(conch_inference_request_duration_seconds_bucket{answers}{timed})))"
         )
         queries[f"{role}_latency"] = (
-            f"sum by (le) (increase(conch_inference_request_duration_seconds_bucket{answers}{window}))"
+            f"sum by (le) (increase(conch_inference_request_duration_seconds_bucket{answers}{timed}))"
         )
     shadow = _selector(model=model)
     queries["compared"] = f"sum(increase(conch_shadow_compared_total{shadow}{window}))"
@@ -96,6 +103,10 @@ def prometheus_queries(model: str, baseline: str, candidate: str, window_s: floa
     queries["drift_scored"] = f"sum(increase(conch_shadow_drift_score_count{shadow}{window}))"
     queries["drift_buckets"] = f"sum by (le) (increase(conch_shadow_drift_score_bucket{shadow}{window}))"
     return queries
+
+
+def _range(seconds: float) -> str:
+    return f"[{max(1, round(seconds * 1000))}ms]"  # PromQL durations are whole numbers of a unit
 
 
 def _value(sample: Sample) -> float:
@@ -146,7 +157,7 @@ def figures_from_prometheus(answers: Mapping[str, list[Sample]], drift_threshold
         return VersionFigures(
             requests=_count(answers[f"{role}_answers"]),
             server_errors=_count(answers[f"{role}_server_errors"]),
-            p95_s=_quantile(answers[f"{role}_p95"]),
+            p95_s=_quantile(answers.get(f"{role}_p95", [])),
             latency=latency[role] if comparable else None,
         )
 
@@ -203,9 +214,10 @@ def prometheus_figures(
     window_s: float,
     drift_threshold: float,
     at: float | None = None,
+    timed_s: float | None = None,
 ) -> GateFigures:
     """Run every query at the same instant (``at``, default now) and read the gate's figures."""
     instant = time.time() if at is None else at
-    queries = prometheus_queries(model, baseline, candidate, window_s)
+    queries = prometheus_queries(model, baseline, candidate, window_s, timed_s)
     answers = {key: client.query(promql, instant) for key, promql in queries.items()}
     return figures_from_prometheus(answers, drift_threshold)

@@ -77,6 +77,17 @@ def test_window_is_whole_milliseconds_and_never_empty() -> None:
     assert "[1ms]" in prometheus_queries("m", "1", "2", 0)["compared"]
 
 
+def test_a_step_s_first_seconds_are_counted_but_not_timed() -> None:
+    queries = prometheus_queries("m", "1", "2", 90, timed_s=85)
+    assert "[90000ms]" in queries["candidate_answers"] and "[90000ms]" in queries["compared"]
+    assert "[85000ms]" in queries["candidate_p95"] and "[85000ms]" in queries["baseline_latency"]
+    settling = prometheus_queries("m", "1", "2", 4, timed_s=-1)
+    assert not any(key.endswith(("_p95", "_latency")) for key in settling)
+    figures = figures_from_prometheus({key: ANSWERS[key] for key in settling}, drift_threshold=0.3)
+    assert figures.candidate.requests == 600 and figures.candidate.server_errors == 30
+    assert figures.candidate.p95_s is None and figures.candidate.latency is None
+
+
 def test_label_values_are_escaped() -> None:
     query = prometheus_queries('we"ird\\name', "1", "2", 10)["compared"]
     assert '{model="we\\"ird\\\\name"}' in query
