@@ -128,27 +128,25 @@ def breaker_defaults(args: argparse.Namespace) -> Any:
     """The server-wide breaker settings: ``--circuit-breaker-config`` over the legacy flags over the
     built-in defaults; raises ValueError (with the fix) when a key or a value is wrong."""
     from conch.core.errors import ConchError
-    from conch.models.circuit_breaker import PREFIX, CircuitBreakerSettings, settings_with
+    from conch.models.circuit_breaker import CircuitBreakerSettings, KeyNames, settings_with
 
     legacy = {}
     for flag, _ in LEGACY_BREAKER_FLAGS:
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value is not None:
-            key = PREFIX + flag.removeprefix("--circuit-breaker-").replace("-", "_")
-            legacy[key] = "off" if key.endswith("slow_call_ms") and value == 0 else str(value)
+            key = flag.removeprefix("--circuit-breaker-").replace("-", "_")
+            legacy[key] = "off" if key == "slow_call_ms" and value == 0 else str(value)
     if legacy:
-        named = ",".join(f"{key.removeprefix(PREFIX)}={value}" for key, value in legacy.items())
+        named = ",".join(f"{key}={value}" for key, value in legacy.items())
         print(
             f"conch: warning: the --circuit-breaker-* flags are deprecated and go in the next release; "
             f"write --circuit-breaker-config {named}",
             file=sys.stderr,
         )
     try:
-        given = {PREFIX + key: value for key, value in args.circuit_breaker_config.items()}
-        return settings_with(CircuitBreakerSettings(), {**legacy, **given})
+        return settings_with(CircuitBreakerSettings(), {**legacy, **args.circuit_breaker_config}, KeyNames())
     except ConchError as exc:
-        message = exc.message.replace("unknown parameters key", "unknown key").replace("parameters '", "'")
-        raise ValueError("--circuit-breaker-config: " + message.replace("'circuit_breaker.", "'")) from None
+        raise ValueError(f"--circuit-breaker-config: {exc.message}") from None
 
 
 def fallback_strategy(text: str) -> str:

@@ -100,22 +100,54 @@ class CircuitBreakerSettings:
     half_open_calls: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
-            rate = getattr(self, name)
-            if not 0 < rate <= 1:  # NaN fails this too
-                raise _out_of_range(name, rate, "a rate above 0 and at most 1")
-        for name in ("minimum_calls", "window_calls", "half_open_calls"):
-            if getattr(self, name) < 1:
-                raise _out_of_range(name, getattr(self, name), "a whole number of calls, at least 1")
-        if self.minimum_calls > self.window_calls:
-            raise InvalidArgumentError(
-                f"parameters '{PREFIX}minimum_calls' ({self.minimum_calls}) must be at most "
-                f"'{PREFIX}window_calls' ({self.window_calls}): the window holds the calls counted"
-            )
-        if self.slow_call_ms is not None and not (math.isfinite(self.slow_call_ms) and self.slow_call_ms > 0):
-            raise _out_of_range("slow_call_ms", self.slow_call_ms, "milliseconds above 0, or 'off'")
-        if not (math.isfinite(self.open_seconds) and self.open_seconds > 0):
-            raise _out_of_range("open_seconds", self.open_seconds, "seconds above 0")
+        problem = _out_of_range(_values_of(self), IN_PARAMETERS)
+        if problem is not None:
+            raise problem
+
+
+@dataclass(frozen=True)
+class KeyNames:
+    """How a message names a breaker setting: as a model's ``parameters`` key (``IN_PARAMETERS``), or
+    as a key of ``conch serve --circuit-breaker-config`` (``noun`` and ``prefix`` empty)."""
+
+    noun: str = ""
+    prefix: str = ""
+
+    def key(self, name: str) -> str:
+        return f"'{self.prefix}{name}'"
+
+    def first(self, name: str) -> str:
+        return f"{self.noun}{self.key(name)}"
+
+
+def _values_of(settings: CircuitBreakerSettings) -> dict[str, Any]:
+    return {f.name: getattr(settings, f.name) for f in fields(CircuitBreakerSettings)}
+
+
+def _out_of_range(settings: dict[str, Any], names: KeyNames) -> InvalidArgumentError | None:
+    """What is wrong with ``settings`` (field name to value), named as ``names`` says; None when every
+    value is in range."""
+
+    def wrong(name: str, value: object, allowed: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{names.first(name)} must be {allowed}, got {value}")
+
+    for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
+        if not 0 < settings[name] <= 1:  # NaN fails this too
+            return wrong(name, settings[name], "a rate above 0 and at most 1")
+    for name in ("minimum_calls", "window_calls", "half_open_calls"):
+        if settings[name] < 1:
+            return wrong(name, settings[name], "a whole number of calls, at least 1")
+    if settings["minimum_calls"] > settings["window_calls"]:
+        return InvalidArgumentError(
+            f"{names.first('minimum_calls')} ({settings['minimum_calls']}) must be at most "
+            f"{names.key('window_calls')} ({settings['window_calls']}): the window holds the calls counted"
+        )
+    slow = settings["slow_call_ms"]
+    if slow is not None and not (math.isfinite(slow) and slow > 0):
+        return wrong("slow_call_ms", slow, "milliseconds above 0, or 'off'")
+    if not (math.isfinite(settings["open_seconds"]) and settings["open_seconds"] > 0):
+        return wrong("open_seconds", settings["open_seconds"], "seconds above 0")
+    return None
 
 
 @dataclass(frozen=True)
@@ -228,7 +260,8 @@ class CircuitBreaker:
 
 PREFIX = "circuit_breaker."
 ENABLED_KEY = PREFIX + "enabled"
-_SETTING_KEYS = {PREFIX + f.name: f.name for f in fields(CircuitBreakerSettings)}
+#: How a model's config names its breaker settings: ``parameters 'circuit_breaker.window_calls'``.
+IN_PARAMETERS = KeyNames("parameters ", PREFIX)
 
 
 def settings_from_config(
@@ -252,19 +285,27 @@ def settings_from_config(
     return settings if enabled else None
 
 
-def settings_with(defaults: CircuitBreakerSettings, values: dict[str, str]) -> CircuitBreakerSettings:
-    """``defaults`` with ``values`` (``circuit_breaker.*`` key to its text) in their place, checked."""
-    overrides: dict[str, Any] = {}  # field name -> parsed value, checked by the settings
+def settings_with(
+    defaults: CircuitBreakerSettings, values: dict[str, str], names: KeyNames | None = None
+) -> CircuitBreakerSettings:
+    """``defaults`` with ``values`` (each key, as ``names`` writes it, to its text) in their place,
+    checked; a wrong key or value raises InvalidArgumentError naming it as ``names`` does."""
+    names = names or IN_PARAMETERS
+    settings = {f.name for f in fields(CircuitBreakerSettings)}
+    overrides: dict[str, Any] = {}  # field name -> parsed value
     for key, text in values.items():
-        if key not in _SETTING_KEYS:
-            known = [ENABLED_KEY, *_SETTING_KEYS]
-            raise InvalidArgumentError(f"unknown parameters key '{key}'{did_you_mean(key, known)}")
-        overrides[_SETTING_KEYS[key]] = _parse(key, text)
+        name = key.removeprefix(names.prefix)
+        if not key.startswith(names.prefix) or name not in settings:
+            known = [f"{names.prefix}{known}" for known in ("enabled", *sorted(settings))]
+            raise InvalidArgumentError(f"unknown {names.noun}key '{key}'{did_you_mean(key, known)}")
+        overrides[name] = _parse(name, text, names)
+    problem = _out_of_range(_values_of(defaults) | overrides, names)
+    if problem is not None:
+        raise problem
     return replace(defaults, **overrides)
 
 
-def _parse(key: str, text: str) -> float | int | None:
-    name = _SETTING_KEYS[key]
+def _parse(name: str, text: str, names: KeyNames) -> float | int | None:
     value = text.strip()
     if name == "slow_call_ms" and value.lower() == "off":
         return None
@@ -273,7 +314,7 @@ def _parse(key: str, text: str) -> float | int | None:
         return int(value) if whole else float(value)
     except ValueError:
         kind = "a whole number" if whole else "a number"
-        raise InvalidArgumentError(f"parameters '{key}' must be {kind}, got '{text}'") from None
+        raise InvalidArgumentError(f"{names.first(name)} must be {kind}, got '{text}'") from None
 
 
 def _parse_flag(key: str, text: str) -> bool:
@@ -281,7 +322,3 @@ def _parse_flag(key: str, text: str) -> bool:
     if value not in ("true", "false"):
         raise InvalidArgumentError(f"parameters '{key}' must be true or false, got '{text}'")
     return value == "true"
-
-
-def _out_of_range(name: str, value: object, allowed: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"parameters '{PREFIX}{name}' must be {allowed}, got {value}")
