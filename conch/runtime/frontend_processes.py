@@ -4,7 +4,7 @@ them answer once the models are loaded, and stop them.
 The frontends run in sessions of their own: a signal to the server's process group (Ctrl-C) must not
 kill them under answers still being written; they stop when this process tells them to, or when its
 socket closes. A frontend that dies stops the server with an error, so an orchestrator restarts the
-whole of it (as with ``--workers``).
+whole of it (as with ``--workers``; both are watched by :class:`conch.runtime.children.Children`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ from conch.frontends.grpc.servicer import InferenceServicer
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
 from conch.observability import tracing
+from conch.runtime.children import Children
 from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
 from conch.runtime.hub import FrontendHub
 from conch.runtime.settings import cannot_listen
@@ -72,8 +74,7 @@ class FrontendProcesses:
         self.settings = settings
         self.count = count
         self._folder = tempfile.TemporaryDirectory(prefix="conch-frontends-")
-        self._processes: list[asyncio.subprocess.Process] = []
-        self._exits: list[asyncio.Task[int]] = []
+        self._children: Children | None = None
 
     async def start(self) -> None:
         """Start every frontend and wait until each has bound the ports and connected."""
@@ -82,31 +83,33 @@ class FrontendProcesses:
         level = logging.getLogger().getEffectiveLevel()
         fmt = "json" if _json_logging() else "text"
         each = self.settings
+        children = self._children = Children("frontend process", self._exited)
+        arguments = [
+            sys.executable, "-m", "conch.runtime.frontend",
+            "--socket", path, "--host", each.host,
+            "--http-port", str(each.http_port), "--grpc-port", str(each.grpc_port),
+            "--decode-here", str(int(each.decode_here)),
+            "--grpc-acceptors", str(each.grpc_acceptors),
+            "--grpc-max-message-bytes", str(each.grpc_max_message_bytes),
+            "--grpc-connection-limits", json.dumps(dataclasses.asdict(each.grpc_connection_limits)),
+            "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),
+            "--access-log", str(int(each.access_log)),
+            "--busy-poll-us", str(each.busy_poll_us),
+            "--tls", json.dumps(dataclasses.asdict(each.tls)),
+            "--log-level", str(level), "--log-format", fmt,
+        ]  # fmt: skip
         for _ in range(self.count):
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "conch.runtime.frontend",
-                "--socket", path, "--host", each.host,
-                "--http-port", str(each.http_port), "--grpc-port", str(each.grpc_port),
-                "--decode-here", str(int(each.decode_here)),
-                "--grpc-acceptors", str(each.grpc_acceptors),
-                "--grpc-max-message-bytes", str(each.grpc_max_message_bytes),
-                "--grpc-connection-limits", json.dumps(dataclasses.asdict(each.grpc_connection_limits)),
-                "--http-limits", json.dumps(dataclasses.asdict(each.http_limits)),
-                "--access-log", str(int(each.access_log)),
-                "--busy-poll-us", str(each.busy_poll_us),
-                "--tls", json.dumps(dataclasses.asdict(each.tls)),
-                "--log-level", str(level), "--log-format", fmt,
-                start_new_session=True,
-            )  # fmt: skip
-            self._processes.append(process)
-            self._exits.append(asyncio.get_running_loop().create_task(self._watch(process)))
+            children.adopt(os.posix_spawn(sys.executable, arguments, os.environ, setsid=True))
         connected = asyncio.ensure_future(self.hub.connected(self.count))
-        waiting = {connected, *self._exits}
-        done, _ = await asyncio.wait(waiting, timeout=_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        exited = asyncio.ensure_future(children.exited.wait())
+        done, _ = await asyncio.wait(
+            {connected, exited}, timeout=_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        exited.cancel()
         if connected in done:
             return
         connected.cancel()
-        codes = [task.result() for task in self._exits if task.done()]
+        codes = list(children.codes.values())
         await self.stop()
         for code, port, what in (
             (EXIT_CANNOT_LISTEN_HTTP, each.http_port, "HTTP"),
@@ -125,23 +128,16 @@ class FrontendProcesses:
     async def stop(self) -> None:
         """Tell the frontends to stop, wait for them, and remove what they left in shared memory."""
         self.hub.close()
-        for process in self._processes:
-            if process.returncode is None:
-                try:
-                    await asyncio.wait_for(process.wait(), timeout=_STOP_TIMEOUT_S)
-                except TimeoutError:
-                    process.kill()
-                    await process.wait()
+        if self._children is not None:
+            await self._children.stop(None, _STOP_TIMEOUT_S)
         self.hub.forget()
         self._folder.cleanup()
 
-    async def _watch(self, process: asyncio.subprocess.Process) -> int:
-        """Report the frontend's exit while the server is not stopping."""
-        code = await process.wait()
+    def _exited(self, pid: int, code: int) -> None:
+        """Report a frontend's exit while the server is not stopping."""
         if self.hub.opened and not self.hub.stopping:
-            log.error("frontend process %d exited (status %d)", process.pid, code)
+            log.error("frontend process %d exited (status %d)", pid, code)
             self.hub.lost.set()
-        return code
 
 
 def _json_logging() -> bool:

@@ -21,7 +21,6 @@ a failed start with one message is clearer than N workers each showing the model
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from conch.observability.metrics import supervisor_registry
 from conch.observability.statistics import ModelStatistics, merge_statistics
 from conch.observability.worker_families import MergedFamilies, merge_families
 from conch.repository.config import parse_config
+from conch.runtime.children import Children
 from conch.runtime.control_channel import ControlChannel, WorkerLink
 from conch.runtime.listening import ServeError, listen
 from conch.runtime.model_process import serve
@@ -78,7 +78,9 @@ def run_workers(settings: ServeSettings, count: int) -> None:
         pids.append(pid)
         channels.append((ControlChannel(ask_worker), ControlChannel(answer_worker)))
     http_socket.close()
-    code = uvloop.run(_supervise(pids, channels, metrics_socket))
+    # A worker drains for --exit-timeout-secs, then gives gRPC 5 s: past that it is stuck.
+    stop_timeout_s = settings.exit_timeout_secs + 15.0
+    code = uvloop.run(_supervise(pids, channels, metrics_socket, stop_timeout_s))
     if code:
         raise ServeError("a worker process stopped unexpectedly (see the log above)")
 
@@ -115,12 +117,18 @@ def _check_free(host: str, port: int) -> None:
 
 
 async def _supervise(
-    pids: list[int], channels: list[tuple[ControlChannel, ControlChannel]], metrics_socket: socket.socket
+    pids: list[int],
+    channels: list[tuple[ControlChannel, ControlChannel]],
+    metrics_socket: socket.socket,
+    stop_timeout_s: float,
 ) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
+    workers = Children("worker process")
+    for pid in pids:
+        workers.adopt(pid)
 
     async def gather_statistics(_question: Any = None) -> list[ModelStatistics]:
         groups = await asyncio.gather(*(ask.ask("statistics") for ask, _ in channels))
@@ -132,40 +140,18 @@ async def _supervise(
     tasks = [asyncio.create_task(answer.answer(gather_statistics)) for _, answer in channels]
     metrics = HttpServer(_summed_metrics_app(gather_statistics, gather_families))
     tasks.append(asyncio.create_task(metrics.serve(sockets=[metrics_socket])))
+    ends = [asyncio.create_task(stopping.wait()), asyncio.create_task(workers.exited.wait())]
+    await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     code = 0
-    while not stopping.is_set():
-        finished = _reap(pids)
-        if finished:
-            log.error("worker process(es) %s stopped; stopping the others", finished)
-            code = 1
-            break
-        await asyncio.sleep(0.2)
-    for pid in pids:
-        _signal(pid, signal.SIGTERM)
+    if workers.exited.is_set() and not stopping.is_set():
+        log.error("worker process(es) %s stopped; stopping the others", sorted(workers.codes))
+        code = 1
+    await workers.stop(signal.SIGTERM, stop_timeout_s)
     metrics.shutdown()
-    for task in tasks[:-1]:
+    for task in [*tasks[:-1], *ends]:
         task.cancel()
     await tasks[-1]
-    while pids:
-        _reap(pids)
-        await asyncio.sleep(0.05)
     return code
-
-
-def _reap(pids: list[int]) -> list[int]:
-    """Remove and return the workers that have exited."""
-    finished = []
-    for pid in list(pids):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            pids.remove(pid)
-            finished.append(pid)
-    return finished
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
 
 
 def _summed_metrics_app(

@@ -183,3 +183,17 @@ def test_conch_workers_variable_starts_that_many_workers(tmp_path: Path) -> None
     assert exit_code == 0
     assert len(workers) == 2
     assert answered <= set(workers)
+
+
+def test_a_worker_that_dies_stops_the_server_with_an_error(tmp_path: Path) -> None:
+    root = write_repository(tmp_path / "models", {"add-sub": (add_sub_model(), CONFIG)})
+    doomed = ServerProcess(root, ["--workers", "2"]).start(tmp_path)
+    workers = worker_pids(doomed)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    assert doomed.process is not None
+    doomed.process.wait(60)
+    assert doomed.process.returncode == 1
+    assert "a worker process stopped unexpectedly" in doomed.log()
+    with pytest.raises(ProcessLookupError):
+        os.kill(workers[1], 0)  # the other worker was stopped, and reaped
