@@ -30,7 +30,7 @@ class _Context:
 
 async def handler_us(repository: Path, traced: str) -> float:
     from conch.frontends.grpc.servicer import InferenceServicer
-    from conch.lifecycle.backend_builders import register_backend_builders
+    from conch.lifecycle.builders.registration import register_backend_builders
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
     from conch.models.circuit_breaker import CircuitBreakerSettings

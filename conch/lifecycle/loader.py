@@ -15,24 +15,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends import onnxruntime as ort_backend
 from conch.backends.kinds import BackendKind, backend_kind, infer_backend
-from conch.backends.onnxruntime_threads import one_thread_session
-from conch.backends.placement import Placement, instance_placements
 from conch.core.contracts import read_contract
-from conch.core.errors import ConchError, NotFoundError, UnavailableError
+from conch.core.errors import ConchError, UnavailableError
+from conch.lifecycle.builders.onnx_models import OnnxModelBuilder
 from conch.lifecycle.fingerprint import config_text, version_fingerprint
-from conch.lifecycle.gpu_fallback import ONNX_WITHOUT_CUDA, gpu_instances_on_cpu
+from conch.lifecycle.load_options import LoadOptions
 from conch.lifecycle.rejected_versions import RejectedVersion, rejected_note, still_rejected
-from conch.lifecycle.warmup import run_warmup
 from conch.models.circuit_breaker import (
     CircuitBreaker,
-    CircuitBreakerSettings,
     Transition,
     settings_from_config,
 )
@@ -50,9 +46,6 @@ from conch.repository import autocomplete, config_validation
 from conch.repository.config import fields_set_in_text, parse_config
 from conch.repository.quantized_twin import twin_from_config
 from conch.repository.version_policy import select_versions, version_folders
-from conch.scheduling import create_scheduler
-from conch.scheduling.instance_pool import InstancePool
-from conch.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +54,12 @@ log = logging.getLogger(__name__)
 VersionBuilder = Callable[[ModelVersion, Path, set[str]], None]
 
 
-@dataclass(frozen=True)
-class LoadOptions:
-    """Server-wide settings that shape how models are completed and placed."""
-
-    default_max_batch_size: int = autocomplete.DEFAULT_MAX_BATCH_SIZE
-    #: Cores this process's models may use for their default thread counts (None: the machine's).
-    cpu_cores: int | None = None
-    #: The server's ``--circuit-breaker-*`` settings, and whether ``--circuit-breaker`` turns them on.
-    breaker_defaults: CircuitBreakerSettings = field(default_factory=CircuitBreakerSettings)
-    breakers_on: bool = False
-    #: The server's ``--fallback-strategy``, for models whose config does not set one.
-    fallback_levels: tuple[FallbackLevel, ...] = ()
-
-
 class ModelLoader:
     """Loads model folders with one set of options."""
 
     def __init__(self, options: LoadOptions | None = None) -> None:
         self.options = options or LoadOptions()
+        self.onnx = OnnxModelBuilder(self.options)
         #: How versions of the other backends are built (python, ensemble), each by its own package;
         #: a builder completes ``version.config`` and sets ``version.scheduler`` or raises a ConchError.
         self.builders: dict[BackendKind, VersionBuilder] = {}
@@ -248,7 +228,8 @@ class ModelLoader:
             contract = read_contract(folder / str(number))  # a malformed one loads nothing
             kind = backend_kind(config)
             if kind is BackendKind.ONNX:
-                where = self._build_onnx(version, folder, number, config, fields, policy)
+                version.breaker = self._breaker(version, config)
+                where = self.onnx.build(version, folder, fields, policy)
             else:
                 build = self.builders.get(kind)
                 if build is None:
@@ -276,63 +257,6 @@ class ModelLoader:
         version.state = ModelState.READY
         log.info("model '%s' version %d is READY (%s)", folder.name, number, where)
         return version
-
-    def _build_onnx(
-        self,
-        version: ModelVersion,
-        folder: Path,
-        number: int,
-        config: mc.ModelConfig,
-        fields: set[str],
-        policy: FallbackPolicy | None,
-    ) -> str:
-        """ONNX Runtime sessions on the config's placements, completed from the graph, warmed up;
-        returns the placements, for the log."""
-        model_file = folder / str(number) / config.default_model_filename
-        if not model_file.is_file():
-            raise NotFoundError(f"version {number} has no {config.default_model_filename}")
-        placements = instance_placements(config)
-        cores = self.options.cpu_cores
-        session = ort_backend.open_session(model_file, config, placements[0], cores)
-        signature = ort_backend.read_signature(session)
-        autocomplete.complete_from_signature(config, signature, fields, self.options.default_max_batch_size)
-        config_validation.check_against_signature(config, signature)
-        threads = None
-        lean = one_thread_session(model_file, config, placements, cores)
-        if lean is not None:
-            session, threads = lean, 1
-        sessions = [session] + [
-            ort_backend.open_session(model_file, config, p, cores, threads) for p in placements[1:]
-        ]
-        wanted_gpus = sum(p.gpu for p in placements)
-        if wanted_gpus and not ort_backend.gpu_available():
-            gpu_instances_on_cpu(version, wanted_gpus, policy, ONNX_WITHOUT_CUDA)
-        version.breaker = self._breaker(version, config)
-        instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-        run_warmup(list(instances), config, folder)
-        version.scheduler = create_scheduler(
-            config, InstancePool(list(instances), f"{folder.name}-{number}", folder.name), version.statistics
-        )
-        if wanted_gpus and policy is not None and policy.allows(FallbackLevel.CPU):
-            version.cpu_fallback = self._cpu_scheduler_factory(version, model_file, len(placements))
-        return ", ".join(map(str, placements))
-
-    def _cpu_scheduler_factory(
-        self, version: ModelVersion, model_file: Path, count: int
-    ) -> Callable[[], Scheduler]:
-        """What builds the version again on ``count`` CPU instances when its GPU fails at run time."""
-
-        def build() -> Scheduler:
-            config = version.config
-            sessions = [
-                ort_backend.open_session(model_file, config, Placement(), self.options.cpu_cores)
-                for _ in range(count)
-            ]
-            instances = [ort_backend.OnnxRuntimeInstance(s, config) for s in sessions]
-            pool = InstancePool(list(instances), f"{version.name}-{version.version}-cpu", version.name)
-            return create_scheduler(config, pool, version.statistics)
-
-        return build
 
     def _breaker(self, version: ModelVersion, config: mc.ModelConfig) -> CircuitBreaker | None:
         settings = settings_from_config(

@@ -26,7 +26,7 @@ from conch.frontends.http.app import HttpFrontend
 from conch.gateway.gateway import Gateway
 from conch.gateway.server_sources import gateway_for
 from conch.http_server import HttpServer
-from conch.lifecycle.backend_builders import register_backend_builders
+from conch.lifecycle.builders.registration import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl

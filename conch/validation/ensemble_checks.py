@@ -4,15 +4,15 @@ Why only its own config: an ensemble has no model file (its version folders stay
 are other model folders, which the server checks it against once they are loaded and completed from
 their graphs (``docs/ensembles.md``). The data flow (every output written, every step input with a
 source, no cycle) needs nothing but the ensemble's ``config.pbtxt``, so it is checked here with the
-server's own function, :func:`conch.backends.ensemble.plan.ensemble_problems`.
+server's own function, :func:`conch.scheduling.ensemble.plan.ensemble_problems`.
 """
 
 from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.ensemble.plan import ensemble_problems
 from conch.core.findings import Finding, Severity
+from conch.scheduling.ensemble.plan import ensemble_problems
 
 _HINT = (
     "each message says what to change; the steps' own models are checked against the ensemble when the "

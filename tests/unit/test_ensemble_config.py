@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conch.backends.ensemble.plan import ensemble_problems, plan_ensemble
-from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.core.errors import ErrorKind, InvalidArgumentError
 from conch.repository.config import parse_config
+from conch.scheduling.ensemble.plan import ensemble_problems, plan_ensemble
+from conch.scheduling.ensemble.step_checks import nested_cycle, step_problems
 from conch.validation.validator import validate_model
 from tests.fixtures.ensembles import Step, ensemble_config, write_ensemble
 

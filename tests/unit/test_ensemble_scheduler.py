@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import pytest
 
-from conch.backends.ensemble.plan import plan_ensemble
-from conch.backends.ensemble.scheduler import EnsembleScheduler
 from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, UnavailableError
 from conch.core.types import InferenceRequest, InferenceResponse, Tensor
 from conch.models.model import Model, ModelState, ModelVersion
 from conch.observability.statistics import ModelStatistics
 from conch.repository.config import parse_config
+from conch.scheduling.ensemble.plan import plan_ensemble
+from conch.scheduling.ensemble.scheduler import EnsembleScheduler
 from conch.scheduling.scheduler import ScheduledRequest
 from tests.fixtures.ensembles import ensemble_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conch.core.errors import NotFoundError
-from conch.lifecycle.loader import LoadOptions
+from conch.lifecycle.load_options import LoadOptions
 from conch.models.model import ModelState
 from conch.models.served_models import ServedModels
 from tests.fixtures.model_folders import load_repository

@@ -14,14 +14,14 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.kinds import BackendKind
-from conch.backends.pytorch.binding import bind, complete_config
+from conch.backends.pytorch.binding import bind
 from conch.backends.pytorch.instance import PyTorchInstance
 from conch.backends.pytorch.options import PyTorchOptions
 from conch.backends.pytorch.program import load_program
 from conch.core.errors import InternalError, InvalidArgumentError
 from conch.core.types import ExecutionTiming, InferenceRequest, Tensor
+from conch.lifecycle.builders.pytorch_models import PyTorchModelBuilder, complete_config, cpu_build
 from conch.lifecycle.loader import LoadOptions, ModelLoader
-from conch.lifecycle.pytorch_models import PyTorchModelBuilder, cpu_build
 from conch.models.fallback import FallbackPolicy, is_device_error
 from conch.models.model import Model, ModelState, ModelVersion
 from conch.models.served_models import ServedModels

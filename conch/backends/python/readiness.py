@@ -7,7 +7,7 @@ that is not a bool, an exception, or no answer within :data:`TIMEOUT_S` means no
 
 At most one call is in flight per process: a caller arriving while one runs (even one that timed
 out) waits for the same answer, so a stuck ``is_ready`` is never called twice. Caching the answer
-between probes is the version's business (:mod:`conch.lifecycle.python_models`).
+between probes is the version's business (:mod:`conch.lifecycle.builders.python_models`).
 """
 
 from __future__ import annotations

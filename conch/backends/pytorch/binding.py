@@ -1,10 +1,7 @@
-"""A PyTorch model's config completed from its program and bound to the program's positions.
+"""A PyTorch model's config bound to the program's positions, by Triton's binding rules.
 
-A ``torch.export`` program gives its tensors, so what the config leaves out is completed as conch
-does for ONNX (inputs named as the forward arguments, outputs ``OUTPUT__<i>``, ``max_batch_size``
-from a dynamic first dimension), and what it says is checked against the program with the same rules.
-A TorchScript module gives nothing of the kind: its config must say it, or the load fails naming
-what is missing.
+:func:`bound_signature` gives the program's tensors under the config's names (what the builder checks
+the config against); :func:`bind` says where each config tensor goes in the program.
 """
 
 from __future__ import annotations
@@ -18,24 +15,6 @@ from conch.backends.pytorch.program import Program
 from conch.backends.signature import ModelSignature, TensorSignature
 from conch.core import datatypes
 from conch.core.errors import InvalidArgumentError
-from conch.repository import autocomplete, config_validation
-
-_EXAMPLE = (
-    'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ] '
-    'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]'
-)
-
-
-def complete_config(
-    config: mc.ModelConfig, program: Program, fields: set[str], default_max_batch_size: int
-) -> None:
-    """Fill what the program can tell; check the whole config against it (raise the first problem)."""
-    if program.signature is None:
-        _require_declared(config)
-        config_validation.check_batching(config)
-        return
-    autocomplete.complete_from_signature(config, program.signature, fields, default_max_batch_size)
-    config_validation.check_against_signature(config, bound_signature(config, program, program.signature))
 
 
 def bound_signature(config: mc.ModelConfig, program: Program, signature: ModelSignature) -> ModelSignature:
@@ -75,23 +54,3 @@ def bind(config: mc.ModelConfig, program: Program) -> Binding:
 
 def _renamed(tensor: TensorSignature, name: str) -> TensorSignature:
     return TensorSignature(name, tensor.datatype, tensor.shape)
-
-
-def _require_declared(config: mc.ModelConfig) -> None:
-    missing = [
-        f"{role} (none listed)"
-        for role, entries in (("input", config.input), ("output", config.output))
-        if not entries
-    ]
-    for role, entries in (("input", config.input), ("output", config.output)):
-        for entry in entries:
-            if entry.data_type == mc.TYPE_INVALID:
-                missing.append(f"{role} '{entry.name}' data_type")
-            if not entry.dims:
-                missing.append(f"{role} '{entry.name}' dims")
-    if missing:
-        raise InvalidArgumentError(
-            f"model '{config.name}': a TorchScript {config.default_model_filename} carries no tensor "
-            "datatypes or shapes, so config.pbtxt must list every input and output with name, data_type "
-            f"and dims; missing: {', '.join(missing)}. For example: {_EXAMPLE}"
-        )

@@ -11,14 +11,14 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from conch.backends.ensemble import EnsembleBuilder
 from conch.backends.kinds import BackendKind
 from conch.backends.python.backend_config import BackendSetting, shared_memory_sizes
 from conch.backends.python.process import ProcessSettings
 from conch.backends.python.stub.conch_ipc import DEFAULT_SEGMENT_BYTES, GROWTH_BYTES
+from conch.lifecycle.builders.ensembles import EnsembleBuilder
+from conch.lifecycle.builders.python_models import PythonBackendSettings, PythonModelBuilder
+from conch.lifecycle.builders.pytorch_models import PyTorchModelBuilder
 from conch.lifecycle.loader import ModelLoader
-from conch.lifecycle.python_models import PythonBackendSettings, PythonModelBuilder
-from conch.lifecycle.pytorch_models import PyTorchModelBuilder
 
 if TYPE_CHECKING:
     from conch.server import InferenceServer

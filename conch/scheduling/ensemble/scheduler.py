@@ -8,7 +8,7 @@ arms overlap), and a lone ready step is awaited in place, without a task of its 
 
 Before the steps run, each step model's served version is looked up: a step model that is not
 loaded or not READY answers 503 naming the step, and a version not seen before is checked against
-the ensemble (:mod:`conch.backends.ensemble.step_checks`) once, so a step model loaded after the
+the ensemble (:mod:`conch.scheduling.ensemble.step_checks`) once, so a step model loaded after the
 ensemble, or replaced, is checked before it gets a request.
 """
 
@@ -17,25 +17,43 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.ensemble.plan import EnsemblePlan, EnsembleStep
-from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.backends.kinds import ENSEMBLE_PLATFORM
 from conch.core.errors import ConchError, ErrorKind, UnavailableError
 from conch.core.types import ExecutionTiming, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from conch.models.model import Model, ModelVersion
 from conch.observability.statistics import ModelStatistics
 from conch.observability.trace_settings import MODEL_ATTRIBUTE
 from conch.observability.tracing import RequestTrace
+from conch.scheduling.ensemble.plan import EnsemblePlan, EnsembleStep
+from conch.scheduling.ensemble.step_checks import nested_cycle, step_problems
 from conch.scheduling.scheduler import ScheduledRequest
 
 #: The server's request path: :meth:`InferenceServer.infer` for requests already admitted.
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
-#: The model served now under a name, or None (the repository's ``models.get``).
-StepModels = Callable[[str], Model | None]
+
+
+class StepVersion(Protocol):
+    """What the ensemble reads of a step model's served version (a ``models.model.ModelVersion``)."""
+
+    @property
+    def config(self) -> mc.ModelConfig: ...
+
+
+class StepModel(Protocol):
+    """What the ensemble reads of a step model served now (a ``models.model.Model``)."""
+
+    @property
+    def ready_versions(self) -> Sequence[StepVersion]: ...
+
+    def ready_version(self, version: str) -> StepVersion: ...
+
+
+#: The model served now under a name, or None (the served models' ``models.get``).
+StepModels = Callable[[str], StepModel | None]
 
 
 class StepError(ConchError):
@@ -63,7 +81,7 @@ class EnsembleScheduler:
         self._models = models
         self._statistics = statistics
         #: The step versions last found consistent with the ensemble, one per step.
-        self._checked: tuple[ModelVersion, ...] = ()
+        self._checked: tuple[StepVersion, ...] = ()
 
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         started = time.perf_counter_ns()
@@ -96,7 +114,7 @@ class EnsembleScheduler:
             )
         self._checked = versions
 
-    def _served_version(self, step: EnsembleStep) -> ModelVersion:
+    def _served_version(self, step: EnsembleStep) -> StepVersion:
         where = f"ensemble '{self._plan.name}' step '{step.model_name}' is not available"
         model = self._models(step.model_name)
         if model is None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.ensemble.plan import EnsemblePlan, plan_ensemble
-from conch.backends.ensemble.scheduler import EnsembleScheduler, Infer, StepModels, ensemble_steps
-from conch.backends.ensemble.step_checks import nested_cycle, step_problems
 from conch.core.errors import ConchError, InvalidArgumentError
 from conch.models.model import ModelVersion
+from conch.scheduling.ensemble.plan import EnsemblePlan, plan_ensemble
+from conch.scheduling.ensemble.scheduler import EnsembleScheduler, Infer, StepModels, ensemble_steps
+from conch.scheduling.ensemble.step_checks import nested_cycle, step_problems
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,12 @@ has none). The load's two phases are timed apart (``conch_model_load_phase_durat
 ``CPU`` in the fallback strategy the version serves on CPU instances, marked; without it the load
 fails saying how to fix it. A version that does run on GPUs and has ``CPU`` in its strategy gets a
 CPU build for the router to move to when a run fails with a device error (out of memory included).
+
+Completing the config: a ``torch.export`` program gives its tensors, so what the config leaves out is
+completed as for ONNX (inputs named as the forward arguments, outputs ``OUTPUT__<i>``,
+``max_batch_size`` from a dynamic first dimension), and what it says is checked against the program
+with the same rules. A TorchScript module gives nothing of the kind: its config must say it, or the
+load fails naming what is missing.
 """
 
 from __future__ import annotations
@@ -24,20 +30,21 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.backends.placement import CPU, Placement, instance_placements
-from conch.backends.pytorch.binding import bind, complete_config
+from conch.backends.pytorch.binding import bind, bound_signature
 from conch.backends.pytorch.cold_start import cold_start_config
 from conch.backends.pytorch.gpu import check_devices, prepare_gpus
 from conch.backends.pytorch.instance import PyTorchInstance
 from conch.backends.pytorch.options import PyTorchOptions, options_from_config
 from conch.backends.pytorch.program import EXPORT_SUFFIX, Program, import_torch, load_program
-from conch.core.errors import NotFoundError, UnavailableError
+from conch.core.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from conch.lifecycle.gpu_fallback import gpu_instances_on_cpu
-from conch.lifecycle.loader import LoadOptions
+from conch.lifecycle.load_options import LoadOptions
 from conch.lifecycle.warmup import run_warmup
 from conch.models.fallback import FallbackPolicy, strategy_from_config
 from conch.models.model import ModelVersion
 from conch.models.strategy import FallbackLevel
 from conch.observability.model_loads import record_load_phase
+from conch.repository import autocomplete, config_validation
 from conch.scheduling import create_scheduler
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import Scheduler
@@ -178,3 +185,41 @@ def cpu_build(
         return create_scheduler(config, pool, version.statistics)
 
     return build
+
+
+_EXAMPLE = (
+    'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ] '
+    'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]'
+)
+
+
+def complete_config(
+    config: mc.ModelConfig, program: Program, fields: set[str], default_max_batch_size: int
+) -> None:
+    """Fill what the program can tell; check the whole config against it (raise the first problem)."""
+    if program.signature is None:
+        _require_declared(config)
+        config_validation.check_batching(config)
+        return
+    autocomplete.complete_from_signature(config, program.signature, fields, default_max_batch_size)
+    config_validation.check_against_signature(config, bound_signature(config, program, program.signature))
+
+
+def _require_declared(config: mc.ModelConfig) -> None:
+    missing = [
+        f"{role} (none listed)"
+        for role, entries in (("input", config.input), ("output", config.output))
+        if not entries
+    ]
+    for role, entries in (("input", config.input), ("output", config.output)):
+        for entry in entries:
+            if entry.data_type == mc.TYPE_INVALID:
+                missing.append(f"{role} '{entry.name}' data_type")
+            if not entry.dims:
+                missing.append(f"{role} '{entry.name}' dims")
+    if missing:
+        raise InvalidArgumentError(
+            f"model '{config.name}': a TorchScript {config.default_model_filename} carries no tensor "
+            "datatypes or shapes, so config.pbtxt must list every input and output with name, data_type "
+            f"and dims; missing: {', '.join(missing)}. For example: {_EXAMPLE}"
+        )

@@ -1,6 +1,6 @@
 """Checks an ensemble against its step models' completed configs: names, datatypes, shapes, batching.
 
-Why separate from :mod:`conch.backends.ensemble.plan`: these need the step models, which may load
+Why separate from :mod:`conch.scheduling.ensemble.plan`: these need the step models, which may load
 after the ensemble (models load in name order) or be replaced while it serves. The builder runs them
 at load against the steps loaded then, and the scheduler runs them again whenever a step's served
 version changes, so a step loaded later is checked before its first request. They stay pure: step
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.backends.ensemble.plan import EnsemblePlan, EnsembleStep
 from conch.core.datatypes import config_type_name
+from conch.scheduling.ensemble.plan import EnsemblePlan, EnsembleStep
 
 
 @dataclass(frozen=True)
