@@ -47,6 +47,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from conch.core.errors import ConchError, InvalidArgumentError, did_you_mean
+from conch.observability.circuit_metrics import BreakerFigures
 
 
 class CircuitState(enum.IntEnum):
@@ -229,6 +230,11 @@ class CircuitBreaker:
             self._move(CircuitState.OPEN, now, failure_rate, slow_rate)
         elif self._state is CircuitState.HALF_OPEN:
             self._move(CircuitState.CLOSED, now, failure_rate, slow_rate)
+
+    def figures(self, model: str, version: str) -> BreakerFigures:
+        """This breaker's state and transitions as the metrics show them."""
+        transitions = {to.label: self.transitions[to] for to in CircuitState}
+        return BreakerFigures(model, version, self.state.value, transitions)
 
     def _count(self, failed: bool, slow: bool) -> None:
         if len(self._calls) == self._calls.maxlen:

@@ -8,15 +8,28 @@ the transitions counter carries prometheus_client's ``_total`` suffix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conch.models.circuit_breaker import CircuitBreaker, CircuitState
 
-Breakers = Callable[[], Iterable[tuple[str, str, CircuitBreaker]]]
-"""Returns (model, version, breaker) for every served version that has a breaker."""
+@dataclass(frozen=True)
+class BreakerFigures:
+    """One served version's circuit breaker, as its metrics show it."""
+
+    model: str
+    version: str
+    #: 0 closed, 1 open, 2 half-open.
+    state: int
+    #: Each state's label to the times the breaker entered it, every state included (zeros too, so
+    #: ``rate()`` sees a version's first trip).
+    transitions: Mapping[str, int]
+
+
+Breakers = Callable[[], Iterable[BreakerFigures]]
+"""Returns the figures of every served version that has a breaker."""
 
 
 class CircuitBreakerCollector(Collector):
@@ -36,10 +49,9 @@ class CircuitBreakerCollector(Collector):
             "Circuit breaker state changes, by the state entered",
             labels=["model", "version", "to"],
         )
-        for model, version, breaker in self._breakers():
-            state.add_metric([model, version], breaker.state.value)
-            # Every state is written, zeros included, so rate() sees a version's first trip.
-            for to in CircuitState:
-                transitions.add_metric([model, version, to.label], breaker.transitions[to])
+        for breaker in self._breakers():
+            state.add_metric([breaker.model, breaker.version], breaker.state)
+            for to, count in breaker.transitions.items():
+                transitions.add_metric([breaker.model, breaker.version, to], count)
         yield state
         yield transitions

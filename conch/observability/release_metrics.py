@@ -7,24 +7,47 @@ exactly the names and the drift buckets that ``gate.judge: prometheus`` queries
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from conch.release.prometheus_judge import DRIFT_SCORE_BUCKETS
-from conch.release.state import ReleaseState
 
-if TYPE_CHECKING:
-    from conch.release.controller import ReleaseController
+@dataclass(frozen=True)
+class ReleaseFigures:
+    """One model's release as its metrics show it (:mod:`conch.release.metric_figures` reads them)."""
+
+    model: str
+    #: Version to the percent of unversioned requests it gets.
+    weights: Mapping[int, float]
+    #: Every release state's name to 1 for the current one, 0 for the others.
+    states: Mapping[str, int]
+    compared: int
+    agreements: int
+    dropped: int
+    rollbacks: int
+    #: Baseline and candidate to the answers the gate counts, and their server errors.
+    answers: Mapping[int, int]
+    server_errors: Mapping[int, int]
+    #: The drift score histogram: each bucket's upper bound (the last +Inf) and count (not cumulative).
+    drift_bounds: tuple[float, ...]
+    drift_counts: tuple[int, ...]
+    drift_sum: float
+
+
+#: Every model with a release, its figures.
+Releases = Callable[[], Iterable[ReleaseFigures]]
+#: Model to version to 1 for a version a rollback rejected and nobody re-admitted, 0 for one served.
+RejectedVersions = Callable[[], Mapping[str, Mapping[int, int]]]
 
 
 class ReleaseCollector(Collector):
-    """Reads one server's release controller when Prometheus scrapes."""
+    """Reads one server's releases when Prometheus scrapes."""
 
-    def __init__(self, releases: ReleaseController) -> None:
+    def __init__(self, releases: Releases, rejected: RejectedVersions) -> None:
         self._releases = releases
+        self._rejected_versions = rejected
 
     def collect(self) -> Iterator[Metric]:
         weight = GaugeMetricFamily(
@@ -62,20 +85,21 @@ class ReleaseCollector(Collector):
             "1 - cosine of the two versions' float outputs, per compared request",
             labels=["model"],
         )
-        for model, held in sorted(self._releases.releases.items()):
-            for version, share in sorted(held.release.weights().items()):
+        for held in self._releases():
+            model = held.model
+            for version, share in sorted(held.weights.items()):
                 weight.add_metric([model, str(version)], share)
-            for each in ReleaseState:
-                state.add_metric([model, each.value], 1 if held.release.state is each else 0)
+            for name, flag in held.states.items():
+                state.add_metric([model, name], flag)
             compared.add_metric([model], held.compared)
             agreements.add_metric([model], held.agreements)
             dropped.add_metric([model], held.dropped)
             rollbacks.add_metric([model], held.rollbacks)
-            for version in (held.release.baseline, held.release.spec.candidate):
-                answers.add_metric([model, str(version)], held.answers[version])
+            for version, count in held.answers.items():
+                answers.add_metric([model, str(version)], count)
                 server_errors.add_metric([model, str(version)], held.server_errors[version])
             cumulative, buckets = 0, []
-            for bound, count in zip([*DRIFT_SCORE_BUCKETS, float("inf")], held.drift_buckets, strict=True):
+            for bound, count in zip(held.drift_bounds, held.drift_counts, strict=True):
                 cumulative += count
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             drift.add_metric([model], buckets, held.drift_sum)
@@ -90,10 +114,7 @@ class ReleaseCollector(Collector):
             "1 for a version a release rolled back, kept out of serving until re-admitted; 0 for one served",
             labels=["model", "version"],
         )
-        book, served = self._releases.book, self._releases.repository.models
-        for model in sorted(set(book.models()) | served.keys()):
-            flags = dict.fromkeys(served[model].versions, 0) if model in served else {}
-            flags |= dict.fromkeys(book.of(model).rejected, 1)
+        for model, flags in sorted(self._rejected_versions().items()):
             for version, flag in sorted(flags.items()):
                 rejected.add_metric([model, str(version)], flag)
         return rejected

@@ -30,11 +30,10 @@ from conch.lifecycle.builders.registration import register_backend_builders
 from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
-from conch.models.circuit_breaker import CircuitBreaker
 from conch.models.served_models import ServedModels
 from conch.models.strategy import parse_strategy
 from conch.observability import tracing
-from conch.observability.circuit_metrics import CircuitBreakerCollector
+from conch.observability.circuit_metrics import BreakerFigures, CircuitBreakerCollector
 from conch.observability.custom_metrics import CUSTOM_METRICS
 from conch.observability.exposition import metrics_app
 from conch.observability.fallback_metrics import FallbackCollector
@@ -43,6 +42,7 @@ from conch.observability.inference_log import InferenceLog, open_audit_log, open
 from conch.observability.metrics import create_registry, process_collectors
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.worker_families import own_families
+from conch.release import metric_figures
 from conch.release import runner as release_runner
 from conch.release.controller import ReleaseController
 from conch.release.verdict_store import VerdictStore
@@ -220,17 +220,22 @@ def _stream_service(settings: ServeSettings, server: InferenceServer) -> StreamS
 def routing_collectors(server: InferenceServer) -> list[Collector]:
     """The circuit-breaker and fallback families, read from the served versions and the router."""
 
-    def breakers() -> list[tuple[str, str, CircuitBreaker]]:
-        return [
-            (v.name, str(v.version), v.breaker) for v in server.repository.versions() if v.breaker is not None
-        ]
+    def breakers() -> list[BreakerFigures]:
+        served = server.repository.versions()
+        return [v.breaker.figures(v.name, str(v.version)) for v in served if v.breaker is not None]
 
     collectors: list[Collector] = [
         CircuitBreakerCollector(breakers),
         FallbackCollector(lambda: server.router.fallbacks),
     ]
     if server.releases is not None:
-        collectors.append(ReleaseCollector(server.releases))
+        releases = server.releases
+        collectors.append(
+            ReleaseCollector(
+                lambda: metric_figures.release_figures(releases),
+                lambda: metric_figures.rejected_versions(releases),
+            )
+        )
     return collectors
 
 

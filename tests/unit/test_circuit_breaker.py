@@ -25,7 +25,7 @@ from conch.models.circuit_breaker import (
     Transition,
     settings_from_config,
 )
-from conch.observability.circuit_metrics import CircuitBreakerCollector
+from conch.observability.circuit_metrics import BreakerFigures, CircuitBreakerCollector
 from conch.observability.exposition import render
 
 CLOSED, OPEN, HALF_OPEN = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
@@ -359,13 +359,13 @@ def scrape(text: str) -> dict[str, dict[tuple[str, ...], float]]:
     return families
 
 
-def served_breakers() -> list[tuple[str, str, CircuitBreaker]]:
+def served_breakers() -> list[BreakerFigures]:
     healthy = Driver().breaker
     tripped = Driver()
     tripped.to_half_open()
     tripped.breaker.record(tripped.now, FAILURE, FAST)
     tripped.call(FAILURE, times=4)  # five failed probes: open again
-    return [("iris", "1", healthy), ("iris", "2", tripped.breaker)]
+    return [healthy.figures("iris", "1"), tripped.breaker.figures("iris", "2")]
 
 
 @pytest.mark.parametrize("writer", [generate_latest, render])
@@ -391,6 +391,6 @@ def test_the_collector_shows_a_half_open_circuit_as_2() -> None:
     driver = Driver()
     driver.to_half_open()
     registry = CollectorRegistry()
-    registry.register(CircuitBreakerCollector(lambda: [("m", "3", driver.breaker)]))
+    registry.register(CircuitBreakerCollector(lambda: [driver.breaker.figures("m", "3")]))
     families = scrape(generate_latest(registry).decode())
     assert families["gauge conch_circuit_state"] == {("m", "3"): 2.0}
