@@ -1,16 +1,20 @@
 """What the router and the lifecycle ask of the releases, and what they report back to them.
 
-The router asks which split applies to a model's unversioned requests, which version a copy of an answer
-runs on, and which outputs to compare; it reports each answer and each comparison. The lifecycle asks
-which versions a release holds loaded. :class:`ReleaseTraffic` answers from the releases held, and
-:class:`~conch.release.controller.ReleaseController` adds how they change.
+The router asks which split applies to a model's unversioned requests and which version a copy of an
+answer runs on; it reports each answer, and hands over both answers of each copied request to be
+compared (it sees the releases only through :class:`conch.router.releases.RouterReleases`). The
+lifecycle asks which versions a release holds loaded. :class:`ReleaseTraffic` answers from the
+releases held, and :class:`~conch.release.controller.ReleaseController` adds how they change.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping, Sequence
 
-from conch.release.compare import Comparison
+import numpy as np
+
+from conch.release.compare import Comparison, compare_outputs
 from conch.release.gate import Role
 from conch.release.model_release import ModelRelease
 from conch.release.prometheus_judge import DRIFT_SCORE_BUCKETS
@@ -95,6 +99,23 @@ class ReleaseTraffic:
             held.drift_sum += comparison.drift
         if held.release.state is ReleaseState.PROGRESSING:
             held.figures.record_comparison(comparison)
+
+    def compare_copy(
+        self,
+        model: str,
+        answered: int,
+        answer: Mapping[str, np.ndarray],
+        copy_answer: Mapping[str, np.ndarray],
+        datatypes: Mapping[str, str],
+        asked: Sequence[str],
+    ) -> None:
+        """Compare a request's answer by version ``answered`` with its copy's on the other version, on
+        the outputs the gate's ``compare`` names (default: those the request asked for)."""
+        role = self.role(model, answered)
+        baseline, candidate = (answer, copy_answer) if role is Role.BASELINE else (copy_answer, answer)
+        names = self.compared_outputs(model)
+        wanted = [name for name in (names or asked) if name in asked]
+        self.record_comparison(model, compare_outputs(baseline, candidate, datatypes, wanted))
 
     def record_dropped(self, model: str) -> None:
         held = self.releases.get(model)

@@ -30,8 +30,8 @@ from conch.models.model import Model, ModelVersion, Route
 from conch.models.served_models import ServedModels
 from conch.models.strategy import FallbackLevel
 from conch.observability.events import emit
-from conch.release.controller import ReleaseController
 from conch.router.release_split import pick
+from conch.router.releases import RouterReleases
 from conch.router.shadow import ShadowRunner
 from conch.scheduling.scheduler import ScheduledRequest
 
@@ -48,7 +48,7 @@ class VersionRouter:
         self,
         repository: ServedModels,
         clock: Callable[[], float] = time.monotonic,
-        releases: ReleaseController | None = None,
+        releases: RouterReleases | None = None,
     ) -> None:
         self.repository = repository
         self.clock = clock

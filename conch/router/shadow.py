@@ -22,8 +22,7 @@ from conch.core.errors import ConchError
 from conch.models.model import ModelVersion
 from conch.observability import tracing
 from conch.observability.trace_settings import MODEL_ATTRIBUTE
-from conch.release.compare import compare_outputs
-from conch.release.controller import ReleaseController
+from conch.router.releases import RouterReleases
 from conch.scheduling.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ DEFAULT_SHADOW_LIMIT = 64
 class ShadowRunner:
     """Runs the copies of one server and reports each comparison to the release controller."""
 
-    def __init__(self, releases: ReleaseController, limit: int = DEFAULT_SHADOW_LIMIT) -> None:
+    def __init__(self, releases: RouterReleases, limit: int = DEFAULT_SHADOW_LIMIT) -> None:
         self.releases = releases
         self.limit = limit
         self._running: set[asyncio.Task[None]] = set()
@@ -89,13 +88,7 @@ class ShadowRunner:
             self.releases.record_answer(model, target.version, time.perf_counter() - started, True, True)
             return
         self.releases.record_answer(model, target.version, time.perf_counter() - started, False, True)
-        role = self.releases.role(model, answered.version)
-        baseline, candidate = (
-            (answer, other) if role is not None and role.value == "baseline" else (other, answer)
-        )
-        names = self.releases.compared_outputs(model)
-        wanted = [n for n in (names or copy.output_names) if n in copy.output_names]
         types = {
             entry.name: datatypes.from_config_type(entry.data_type).name for entry in answered.config.output
         }
-        self.releases.record_comparison(model, compare_outputs(baseline, candidate, types, wanted))
+        self.releases.compare_copy(model, answered.version, answer, other, types, copy.output_names)
