@@ -30,11 +30,11 @@ class _Context:
 
 async def handler_us(repository: Path, traced: str) -> float:
     from conch.frontends.grpc.servicer import InferenceServicer
-    from conch.lifecycle.builders.registration import register_backend_builders
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
     from conch.models.circuit_breaker import CircuitBreakerSettings
     from conch.models.served_models import ServedModels
+    from conch.runtime.server_builders import register_backend_builders
     from conch.server import InferenceServer, ServerOptions
 
     if traced:

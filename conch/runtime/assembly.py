@@ -23,11 +23,10 @@ from prometheus_client.registry import Collector
 from conch.core.usable_cores import usable_cores
 from conch.frontends.grpc.grpc_server import create_grpc_server
 from conch.frontends.http.app import HttpFrontend
+from conch.frontends.http.deep_health import DeepHealth
 from conch.gateway.gateway import Gateway
 from conch.gateway.server_sources import gateway_for
 from conch.http_server import HttpServer
-from conch.lifecycle.builders.registration import register_backend_builders
-from conch.lifecycle.deep_health import DeepHealth
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.models.served_models import ServedModels
@@ -50,6 +49,7 @@ from conch.runtime.control_channel import WorkerLink
 from conch.runtime.frontend_count import frontend_count
 from conch.runtime.frontend_processes import FrontendProcesses, frontends_for
 from conch.runtime.listening import ServeError, listen
+from conch.runtime.server_builders import register_backend_builders
 from conch.runtime.settings import ServeSettings, cannot_listen
 from conch.server import InferenceServer, ServerOptions
 from conch.shared_memory.registry import registry_of

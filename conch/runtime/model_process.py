@@ -16,7 +16,6 @@ from typing import Any
 
 import uvloop
 
-from conch.lifecycle.drain import drain
 from conch.lifecycle.model_control import ControlMode
 from conch.observability import tracing
 from conch.observability.access_log import enable_access_log
@@ -25,6 +24,7 @@ from conch.runtime import garbage_collection
 from conch.runtime.assembly import ModelProcess, assemble
 from conch.runtime.busy_poll import poll_when_idle
 from conch.runtime.control_channel import WorkerLink
+from conch.runtime.drain import drain
 from conch.runtime.frontend_processes import FrontendStartError
 from conch.runtime.listening import ServeError
 from conch.runtime.settings import ServeSettings

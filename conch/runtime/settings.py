@@ -12,10 +12,10 @@ from pathlib import Path
 from conch.backends.python.backend_config import BackendSetting
 from conch.core.tensor_limits import TensorLimits
 from conch.frontends.grpc.grpc_options import DEFAULT_ACCEPTORS, MAX_MESSAGE_BYTES, GrpcConnectionLimits
+from conch.frontends.http.deep_health import DeepHealthSettings
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
 from conch.gateway.gateway import GatewaySettings
-from conch.lifecycle.deep_health import DeepHealthSettings
 from conch.models.circuit_breaker import CircuitBreakerSettings
 from conch.observability.inference_log import RequestLogSettings
 from conch.observability.tracing import TraceSettings

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from conch.lifecycle.deep_health import (
+from conch.frontends.http.deep_health import (
     Check,
     DeepHealthSettings,
     Evaluation,

@@ -16,6 +16,7 @@ from conch.core.errors import ConchError, ErrorKind, InvalidArgumentError, NotFo
 from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.http import generate, infer_codec, openapi, shared_memory_routes
 from conch.frontends.http.body import compress_for, read_body
+from conch.frontends.http.deep_health import DeepHealth
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.http.replies import (
     Receive,
@@ -36,7 +37,6 @@ from conch.frontends.http.unread_body import CLOSE_HEADER, DRAIN_CAP, TrackedRec
 from conch.frontends.inference import answer as answer_request
 from conch.gateway.api_groups import http_call
 from conch.gateway.gateway import Gateway
-from conch.lifecycle.deep_health import DeepHealth
 from conch.observability import log_settings, tracing
 from conch.observability.inference_log import InferenceLog, note_request, note_response
 from conch.observability.tracing import RequestTrace

@@ -3,6 +3,8 @@
 - :mod:`.onnx_models`: ONNX Runtime sessions (the loader's own backend);
 - :mod:`.python_models`: Triton Python-backend models, each instance a process of its own;
 - :mod:`.pytorch_models`: TorchScript and ``torch.export`` programs;
-- :mod:`.ensembles`: ensembles, whose steps go through the server's own request path;
-- :mod:`.registration`: the builders that need the server, registered once it exists.
+- :mod:`.ensembles`: ensembles, whose steps go through the server's own request path.
+
+Those that call back into the server are registered once it exists
+(:mod:`conch.runtime.server_builders`).
 """
