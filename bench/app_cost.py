@@ -80,8 +80,8 @@ def _serving(repository: Path) -> tuple[Any, Any]:
     from conch.frontends.http.app import HttpFrontend
     from conch.lifecycle.loader import LoadOptions, ModelLoader
     from conch.lifecycle.model_control import ModelControl
+    from conch.lifecycle.release_runner import release_controller
     from conch.models.served_models import ServedModels
-    from conch.release.runner import release_controller
     from conch.runtime import garbage_collection
     from conch.runtime.assembly import control_settings
     from conch.runtime.settings import ServeSettings

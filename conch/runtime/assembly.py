@@ -27,6 +27,7 @@ from conch.frontends.http.deep_health import DeepHealth
 from conch.gateway.gateway import Gateway
 from conch.gateway.server_sources import gateway_for
 from conch.http_server import HttpServer
+from conch.lifecycle import release_runner
 from conch.lifecycle.loader import LoadOptions, ModelLoader
 from conch.lifecycle.model_control import ControlMode, ControlSettings, ModelControl
 from conch.models.served_models import ServedModels
@@ -42,7 +43,6 @@ from conch.observability.metrics import create_registry, process_collectors
 from conch.observability.release_metrics import ReleaseCollector
 from conch.observability.worker_families import own_families
 from conch.release import metric_figures
-from conch.release import runner as release_runner
 from conch.release.controller import ReleaseController
 from conch.release.verdict_store import VerdictStore
 from conch.runtime.control_channel import WorkerLink

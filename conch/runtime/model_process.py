@@ -16,10 +16,10 @@ from typing import Any
 
 import uvloop
 
+from conch.lifecycle import release_runner
 from conch.lifecycle.model_control import ControlMode
 from conch.observability import tracing
 from conch.observability.access_log import enable_access_log
-from conch.release import runner as release_runner
 from conch.runtime import garbage_collection
 from conch.runtime.assembly import ModelProcess, assemble
 from conch.runtime.busy_poll import poll_when_idle

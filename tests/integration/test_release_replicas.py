@@ -7,8 +7,9 @@ judge differently on each replica. With the Prometheus judge, both read the same
 both replicas, and reach the same decision without talking to each other:
 
 - ``agreeing`` (version 2 doubles what version 1 answers: same argmax, no drift) is promoted by both
-  replicas after its 5 s canary. Replica B is promoted too, although its own candidate answers stay
-  below ``min_requests``, so a local gate there would never be ready.
+  replicas after its 8 s canary (the gate times a step's answers from 5 s into it on). Replica B is
+  promoted too, although its own candidate answers stay below ``min_requests``, so a local gate there
+  would never be ready.
 - ``disagreeing`` (version 2 negates the input) is compared on every request in a shadow step. A's
   inputs have one largest entry, so the negated answer's argmax differs. B's inputs are four equal
   entries, so both argmaxes are 0 and they agree. Locally, A would read agreement 0 and B agreement 1,
@@ -227,7 +228,7 @@ def test_an_agreeing_candidate_is_promoted_by_both_replicas(
     spec = {
         "candidate": 2,
         "baseline": 1,
-        "steps": [{"weight": 50, "duration": "5s"}, {"weight": 100}],
+        "steps": [{"weight": 50, "duration": "8s"}, {"weight": 100}],
         "gate": gate({}, prometheus_url),
     }
 
@@ -239,7 +240,7 @@ def test_an_agreeing_candidate_is_promoted_by_both_replicas(
     for seen in samples:
         history = seen[-1].status["history"]
         assert [event["event"] for event in history] == ["created", "started", "advanced", "promoted"]
-        assert history[2]["reason"].startswith("step 1 done after 5s"), history[2]
+        assert history[2]["reason"].startswith("step 1 done after 8s"), history[2]
         assert not any(c["outcome"] == "failed" for s in seen for c in s.status["gate"]["checks"])
     # A step ends only on a ready judgement: B's was ready although B alone had answered fewer candidate
     # requests than min_requests (counted by the client up to the first status after the step).
@@ -285,7 +286,15 @@ def test_a_candidate_that_disagrees_on_most_traffic_is_rolled_back_by_both_repli
     for agreement in (a["agreement"], b["agreement"]):
         assert agreement <= share_b + 0.1, (agreement, share_b)
     assert a["error_rate_increase"] == b["error_rate_increase"] == 0
-    assert_p95_alike(a["p95_increase"], b["p95_increase"])
+    # A step's first 5 s are counted, not timed: a replica that rolled back before then shows no P95.
+    for status, check in zip(finals, (a, b), strict=True):
+        rolled_back_in = status["history"][-1]["time"] - status["history"][1]["time"]
+        if rolled_back_in < 5.0:
+            assert check["p95_increase"] is None, (check, rolled_back_in)
+        elif rolled_back_in > 7.0:  # a second of timed answers, and a look after it
+            assert check["p95_increase"] is not None, (check, rolled_back_in)
+    if a["p95_increase"] is not None and b["p95_increase"] is not None:
+        assert_p95_alike(a["p95_increase"], b["p95_increase"])
 
 
 def test_a_dark_launch_is_judged_from_its_shadow_copies(replicas: list[Replica], prometheus_url: str) -> None:
