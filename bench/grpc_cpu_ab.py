@@ -11,8 +11,8 @@ perf_analyzer run at 32 clients (perf_analyzer's shapes as ``bench.loadgen`` giv
 take turns going first, so that neither always meets the machine as the other left it. Prints each
 round, then medians and worsts.
 
-``--serve-args "--frontends 2"`` passes flags to both servers; the CPU counted is then the model
-process's and its frontend processes' together (its children), per call.
+``--serve-args "--proxies 2"`` passes flags to both servers; the CPU counted is then the model
+process's and its proxy processes' together (its children), per call.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _success(model: str) -> re.Pattern[str]:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and of its children alive now (the frontend processes of ``--frontends``)."""
+    """CPU seconds of ``pid`` and of its children alive now (the proxy processes of ``--proxies``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return (int(fields[11]) + int(fields[12])) / _TICKS + sum(_cpu_s(int(child)) for child in children)
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--protocol", choices=["grpc", "http_json"], default="grpc")
     parser.add_argument("--port", type=int, default=18110, help="first of the six ports used")
-    parser.add_argument("--serve-args", default="", help='flags for both servers, "--frontends 2" say')
+    parser.add_argument("--serve-args", default="", help='flags for both servers, "--proxies 2" say')
     parser.add_argument("--model", default="tiny", choices=sorted(MODELS), help="a bench model (tiny)")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "new": args.new.resolve()}

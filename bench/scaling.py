@@ -5,7 +5,7 @@ event loop of the process that owns the connection. Whether conch gets faster wi
 question a user sizing a pod asks. The server (and every process it starts) runs under ``taskset -c``
 on the first N cores, for each N of ``--cores``, with one process (``--workers 1``), with one per
 core (``--workers N``, a full copy of the server per process sharing the ports), and with frontend
-processes (``--frontends N-1`` and ``--frontends N``: protocol work in N processes, one model process
+processes (``--proxies N-1`` and ``--proxies N``: protocol work in N processes, one model process
 behind them); the load is the same for every configuration. The load generator is not pinned: on a
 machine with as many cores as the largest N it shares them with the server, so the figures are
 indicative there.
@@ -41,18 +41,18 @@ class Setup:
 
     cores: int
     workers: int
-    frontends: int = 0
+    proxies: int = 0
 
     @property
     def name(self) -> str:
         cores = f"{self.cores} core" + ("s" if self.cores > 1 else "")
-        if self.frontends:
-            return f"{cores}, {self.frontends} frontend" + ("s" if self.frontends > 1 else "")
+        if self.proxies:
+            return f"{cores}, {self.proxies} " + ("proxies" if self.proxies > 1 else "proxy")
         return f"{cores}, {self.workers} worker" + ("s" if self.workers > 1 else "")
 
 
-KINDS = ("one", "workers", "frontends-1", "frontends")
-"""Per core count above one: one process, one per core (``--workers N``), and ``--frontends N-1``
+KINDS = ("one", "workers", "proxies-1", "proxies")
+"""Per core count above one: one process, one per core (``--workers N``), and ``--proxies N-1``
 and ``N`` (N-1 leaves the model process a core of its own)."""
 
 
@@ -63,8 +63,8 @@ def setups(cores: Sequence[int], kinds: Sequence[str] = KINDS) -> list[Setup]:
         made = {
             "one": Setup(n, 1),
             "workers": Setup(n, n),
-            "frontends-1": Setup(n, 1, n - 1),
-            "frontends": Setup(n, 1, n),
+            "proxies-1": Setup(n, 1, n - 1),
+            "proxies": Setup(n, 1, n),
         }
         found += [made[kind] for kind in kinds if made[kind] not in found]
     return found
@@ -133,9 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.rounds = number - 1
                 break
             for setup in plan if number % 2 else list(reversed(plan)):
-                workdir = Path(folder) / f"{setup.cores}-{setup.workers}-{setup.frontends}"
+                workdir = Path(folder) / f"{setup.cores}-{setup.workers}-{setup.proxies}"
                 pinned = ",".join(map(str, cpus[: setup.cores]))
-                extra = [f"--frontends={setup.frontends}"] if setup.frontends else []
+                extra = [f"--proxies={setup.proxies}"] if setup.proxies else []
                 server = serve_conch(repository, workdir, workers=setup.workers, extra=extra)
                 server.command = ["taskset", "-c", pinned, *server.command]
                 try:

@@ -13,7 +13,7 @@ The examples are not part of conch; take them from a checkout of Triton's client
 
     git clone --depth 1 https://github.com/triton-inference-server/client /tmp/triton-client
     python -m bench.triton_examples /tmp/triton-client/src/python/examples
-    python -m bench.triton_examples /tmp/triton-client/src/python/examples --servers conch,conch-frontends
+    python -m bench.triton_examples /tmp/triton-client/src/python/examples --servers conch,conch-proxies
 
 Each example runs as its own process against each server; it passes when it exits 0 without printing
 ``error`` or ``FAILED`` (a few examples print an error and exit 0). The report lists every example by
@@ -43,7 +43,7 @@ MODELS = Path(__file__).parent / "triton_example_models"
 CONTROL = ("--model-control-mode=explicit", "--load-model=*")
 #: Clients whose server-metadata check wants Triton's name.
 CONCH_FLAGS = (*CONTROL, "--server-name=triton")
-SERVERS = ("conch", "conch-frontends", "triton")
+SERVERS = ("conch", "conch-proxies", "triton")
 TIMEOUT_S = 120
 
 
@@ -186,8 +186,8 @@ def start(name: str, repository: Path, workdir: Path) -> ServerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     if name == "triton":
         return serve_triton(repository, workdir, extra=CONTROL)
-    frontends = ("--frontends=2",) if name == "conch-frontends" else ()
-    return serve_conch(repository, workdir, extra=(*CONCH_FLAGS, *frontends))
+    proxies = ("--proxies=2",) if name == "conch-proxies" else ()
+    return serve_conch(repository, workdir, extra=(*CONCH_FLAGS, *proxies))
 
 
 def run_on(server: ServerProcess, example: Example, folder: Path, image: Path) -> Outcome:

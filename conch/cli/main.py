@@ -34,6 +34,7 @@ from conch.cli.serve_flags import (
     breaker_defaults,
     model_control_flags,
     port_clash,
+    renamed_warnings,
     resilience_flags,
     setting,
     stream_flags,
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = serve.add_argument_group("Model repository", "where the models come from and how they load")
     ports = serve.add_argument_group("Ports")
     processes = serve.add_argument_group(
-        "Processes", "how conch serve uses more cores: --frontends (one model process) or --workers"
+        "Processes", "how conch serve uses more cores: --proxies (one model process) or --workers"
     )
     logs = serve.add_argument_group("Logs")
     health = serve.add_argument_group("Health and readiness")
@@ -135,14 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     setting(
         processes,
-        "--frontends",
+        "--proxies",
         count_or_auto,
         "auto",
-        "frontend processes that own the HTTP and gRPC ports (SO_REUSEPORT) and decode and encode "
+        "proxy processes that own the HTTP and gRPC ports (SO_REUSEPORT) and decode and encode "
         "inference there, handing tensors to this process's models through shared memory; batches, "
         "model control, shared memory and sequences stay in one model process; 0 serves the ports "
         "from the model process itself; auto: one per usable core from 8 cores, else 0 (see conch "
         "docs tuning)",
+        renamed_from="--frontends",
     )
     setting(
         processes,
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         boolean,
         "false",
         "retired, and ignored with a warning: the model process serves gRPC as fast or faster than a "
-        "relay process did; --frontends N spreads gRPC's per-call work over more cores",
+        "relay process did; --proxies N spreads gRPC's per-call work over more cores",
     )
     setting(
         logs,
@@ -245,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve":
         exit_code: int = args.run(args)
         return exit_code
+    for warning in renamed_warnings(sys.argv[1:] if argv is None else argv, os.environ):
+        print(warning, file=sys.stderr)
     clash = port_clash(args)
     if clash is not None:
         print(f"conch: {clash}", file=sys.stderr)
@@ -294,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         server_name=args.server_name,
         default_max_batch_size=args.default_max_batch_size,
         workers=args.workers,
-        frontends=args.frontends,
+        proxies=args.proxies,
         busy_poll_us=args.busy_poll_us,
         grpc_acceptors=args.grpc_acceptors,
         health_probe_timeout_ms=args.health_probe_timeout_ms,
@@ -322,17 +326,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.grpc_relay:
         print(
             "conch: warning: --grpc-relay (CONCH_GRPC_RELAY) is retired and ignored: gRPC is served by the "
-            "model process, which measured as fast or faster; use --frontends N for more cores. The flag "
+            "model process, which measured as fast or faster; use --proxies N for more cores. The flag "
             "goes in the next release",
             file=sys.stderr,
         )
-    if args.frontends and args.workers > 1:
-        print("conch: --frontends replaces --workers; use one of them", file=sys.stderr)
+    if args.proxies and args.workers > 1:
+        print("conch: --proxies replaces --workers; use one of them", file=sys.stderr)
         return 2
     if args.model_control_mode != "none" and args.workers > 1:
         print(
             f"conch: --model-control-mode {args.model_control_mode} changes the models of one process, and "
-            "each of --workers loads its own copy; use it without --workers (--frontends N shares one "
+            "each of --workers loads its own copy; use it without --workers (--proxies N shares one "
             "model process)",
             file=sys.stderr,
         )

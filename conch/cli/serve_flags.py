@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from conch.cli.arguments import at_least, backend_setting, boolean, choice, ratio
@@ -22,22 +22,58 @@ class FlagGroup(Protocol):
     def add_argument(self, *names: str, **options: Any) -> argparse.Action: ...
 
 
-def setting(parser: FlagGroup, flag: str, parse: Callable[[str], Any], default: str, help: str) -> None:
+def setting(
+    parser: FlagGroup,
+    flag: str,
+    parse: Callable[[str], Any],
+    default: str,
+    help: str,
+    renamed_from: str | None = None,
+) -> None:
     """A ``conch serve`` flag whose default ``CONCH_<FLAG>`` can set (``--grpc-acceptors``:
     ``CONCH_GRPC_ACCEPTORS``).
 
     The default stays a string, so argparse parses it with ``parse`` exactly as it parses the flag: a
-    bad environment value is refused with the same message and exit status 2.
+    bad environment value is refused with the same message and exit status 2. A flag ``renamed_from``
+    an old name keeps taking the old flag (hidden) and the old variable for one release, with the
+    warning :func:`renamed_warnings` gives.
     """
     variable = variable_of(flag)
     described = f"{help} ({variable}, default {default or 'none'})".lstrip()
-    parser.add_argument(flag, type=parse, default=os.environ.get(variable, default), help=described)
+    value = os.environ.get(variable, default)
+    if renamed_from is not None:
+        value = os.environ.get(variable, os.environ.get(variable_of(renamed_from), default))
+        RENAMED_FLAGS[renamed_from] = flag
+    parser.add_argument(flag, type=parse, default=value, help=described)
+    if renamed_from is not None:
+        parser.add_argument(
+            renamed_from, dest=flag.lstrip("-").replace("-", "_"), type=parse, default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )  # fmt: skip
+
+
+#: Old flag name to the new one (the old variable is the old flag's ``CONCH_*``).
+RENAMED_FLAGS: dict[str, str] = {}
+
+
+def renamed_warnings(argv: list[str], environ: Mapping[str, str]) -> list[str]:
+    """A warning for each renamed flag or variable ``argv`` or ``environ`` still uses."""
+    found = []
+    for old, new in RENAMED_FLAGS.items():
+        used = [old] if any(arg == old or arg.startswith(old + "=") for arg in argv) else []
+        used += [variable_of(old)] if variable_of(old) in environ else []
+        if used:
+            found.append(
+                f"conch: warning: {' and '.join(used)} is renamed {new} ({variable_of(new)}); the old name "
+                "goes in the next release"
+            )
+    return found
 
 
 def port_clash(args: argparse.Namespace) -> str | None:
     """Why the HTTP, gRPC and metrics ports cannot all listen, or None when they can.
 
-    Two of them on one port would not always fail to bind: frontend and worker processes listen with
+    Two of them on one port would not always fail to bind: proxy and worker processes listen with
     ``SO_REUSEPORT``, so both servers would bind it and the kernel would hand each new client to one
     of them at random, a gRPC client now and then meeting the HTTP server. Port 0 (any free port) may
     repeat: each listener gets its own.

@@ -2,7 +2,7 @@
 
 Why: ``os.cpu_count()`` counts the machine's cores. A pod limited to 2 CPUs on a 64-core node, or a
 server started under ``taskset -c 0``, would then size its ONNX Runtime thread pools and its
-frontend processes for 64 cores, and spend its quota switching between them. Kubernetes sets CPU
+proxy processes for 64 cores, and spend its quota switching between them. Kubernetes sets CPU
 limits as a CFS quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); the affinity mask covers
 ``taskset`` and cpusets. A fractional quota rounds down (at least one core): 2.5 CPUs keep 2 busy
 threads without being throttled.

@@ -65,7 +65,7 @@ def serving_runtime(args: argparse.Namespace) -> dict[str, Any]:
                         {"name": "CONCH_CACHE_DIR", "value": "/tmp/conch/envs"},
                         {"name": "CONCH_LOG_FORMAT", "value": "json"},
                         {"name": "HOME", "value": "/tmp"},
-                        {"name": "CONCH_FRONTENDS", "value": pod_frontends(args.cpu)},
+                        {"name": "CONCH_PROXIES", "value": pod_frontends(args.cpu)},
                         # The client is the one the queue-proxy names in X-Forwarded-For.
                         {"name": "CONCH_HTTP_TRUSTED_PROXIES", "value": QUEUE_PROXY_ADDRESS},
                     ],

@@ -38,7 +38,7 @@ from conch.deploy.streams import (
     streams_mounts,
     streams_volumes,
 )
-from conch.runtime.frontend_count import auto_frontends
+from conch.runtime.proxy_count import auto_proxies
 
 #: Seconds ``preStop`` waits before conch sees SIGTERM: the endpoints controller and kube-proxy take a
 #: few seconds to stop sending new connections to a terminating pod.
@@ -166,7 +166,7 @@ def environment(settings: DeploySettings) -> list[dict[str, Any]]:
         "CONCH_LOG_FORMAT": "json",
         # Python and boto3 look under HOME for caches and config; the root filesystem is read-only.
         "HOME": "/tmp",
-        "CONCH_FRONTENDS": pod_frontends(settings.cpu_limit or settings.cpu),
+        "CONCH_PROXIES": pod_frontends(settings.cpu_limit or settings.cpu),
     }
     variables |= {variable: path for _, path, variable in WRITABLE if variable}
     # Rejected versions must stay rejected on every pod and after a restart: a shared store when one is
@@ -184,11 +184,11 @@ def environment(settings: DeploySettings) -> list[dict[str, Any]]:
 
 
 def pod_frontends(cpu: str) -> str:
-    """``CONCH_FRONTENDS`` for a pod of ``cpu`` (its CPU limit, else its request): ``--frontends
+    """``CONCH_PROXIES`` for a pod of ``cpu`` (its CPU limit, else its request): ``--proxies
     auto``'s rule applied to what the pod is given. Without a CPU limit the container sees every
-    core of its node, and ``auto`` would start frontends for cores the pod does not get, each
+    core of its node, and ``auto`` would start proxies for cores the pod does not get, each
     holding its own memory under the pod's limit."""
-    return str(auto_frontends(int(parse_quantity(cpu, "cpu"))))
+    return str(auto_proxies(int(parse_quantity(cpu, "cpu"))))
 
 
 def resources(settings: DeploySettings) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class TlsSettings:
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> TlsSettings:
-        """The settings as ``dataclasses.asdict`` wrote them (for the frontend processes)."""
+        """The settings as ``dataclasses.asdict`` wrote them (for the proxy processes)."""
         return cls(TlsFiles(**document["http"]), TlsFiles(**document["grpc"]))
 
 

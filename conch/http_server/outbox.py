@@ -7,7 +7,7 @@ to back instead cut the server's CPU per request from 56.2 to 52.7 us and raised
 http_json``, ``tiny``, 32 connections, on the 2-core development VM). The socket writes had been 22%
 of the event loop (py-spy); together they took 9.7%. On loopback, each ``send`` also runs the
 receiving side's TCP path and wakes the client; sent in a row, the client is still awake for all but
-the first. The frontend processes' link holds its messages for the end of the pass the same way
+the first. The proxy processes' link holds its messages for the end of the pass the same way
 (``conch/runtime/coalescing.py``); there one socket takes them all in one write, here each answer
 has its own socket.
 

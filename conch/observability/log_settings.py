@@ -12,7 +12,7 @@ conch's levels are thresholds (``--log-level``): errors, then warnings, then inf
 debug records (``log_verbose_level`` above 0). A change is applied to those Triton fields as they
 stand, and must leave them a threshold: information logged with warnings off cannot be, and is
 refused with what to send. With ``--auth jwt`` the route needs the ``admin`` scope, as Triton's
-logging API group would. With ``--frontends`` it sets the model process's level, where the model,
+logging API group would. With ``--proxies`` it sets the model process's level, where the model,
 batching and lifecycle records come from.
 """
 

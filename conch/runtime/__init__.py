@@ -1,3 +1,3 @@
-"""How ``conch serve`` runs: its settings (:mod:`.settings`), and the processes of ``--frontends N``:
-frontend processes that own the public ports and one model process that owns the scheduler and the
+"""How ``conch serve`` runs: its settings (:mod:`.settings`), and the processes of ``--proxies N``:
+proxy processes that own the public ports and one model process that owns the scheduler and the
 models (``docs/architecture.md``)."""

@@ -2,7 +2,7 @@
 
 :func:`assemble` opens the ports (so a taken port is one clear error before any model loads) and
 builds every part: the table of served models, model control, the releases, the in-process server
-with its backend builders, the gateway, logs, streams, the protocol servers or the frontend
+with its backend builders, the gateway, logs, streams, the protocol servers or the proxy
 processes, the metrics. It starts no task, process or model: :func:`conch.runtime.model_process.run`
 does, in order.
 """
@@ -46,9 +46,9 @@ from conch.release import metric_figures
 from conch.release.controller import ReleaseController
 from conch.release.verdict_store import VerdictStore
 from conch.runtime.control_channel import WorkerLink
-from conch.runtime.frontend_count import frontend_count
-from conch.runtime.frontend_processes import FrontendProcesses, frontends_for
 from conch.runtime.listening import ServeError, listen
+from conch.runtime.proxy_count import proxy_count
+from conch.runtime.proxy_processes import ProxyProcesses, proxies_for
 from conch.runtime.server_builders import register_backend_builders
 from conch.runtime.settings import ServeSettings, cannot_listen
 from conch.server import InferenceServer, ServerOptions
@@ -72,11 +72,11 @@ class ModelProcess:
     verdicts: VerdictStore
     gateway: Gateway | None
     streams: StreamService | None
-    #: The in-process gRPC server (None with frontend processes).
+    #: The in-process gRPC server (None with proxy processes).
     grpc_server: grpc.aio.Server | None
-    #: The frontend processes owning the public ports (None when this process serves them).
-    frontends: FrontendProcesses | None
-    #: HTTP servers and the sockets each serves: the public HTTP port (without frontend processes)
+    #: The proxy processes owning the public ports (None when this process serves them).
+    proxies: ProxyProcesses | None
+    #: HTTP servers and the sockets each serves: the public HTTP port (without proxy processes)
     #: and the metrics port (without a supervisor).
     http_servers: list[tuple[HttpServer, socket.socket]] = field(default_factory=list)
     #: A worker's answers to its supervisor's questions (None outside ``--workers``).
@@ -88,9 +88,9 @@ def assemble(settings: ServeSettings, worker: WorkerLink | None = None) -> Model
     is given: then HTTP comes on the supervisor's socket, gRPC shares its port with the other workers
     (``SO_REUSEPORT``), and the supervisor serves the metrics port. Must be called on the event loop
     that will run it."""
-    count, why = frontend_count(settings, os.environ)
-    if settings.frontends is None:
-        log.info("frontend processes: %d (%s)", count, why)
+    count, why = proxy_count(settings, os.environ)
+    if settings.proxies is None:
+        log.info("proxy processes: %d (%s)", count, why)
     http_socket = (
         None if count else worker.http_socket if worker else listen(settings.host, settings.http_port, "HTTP")
     )
@@ -124,7 +124,7 @@ def assemble(settings: ServeSettings, worker: WorkerLink | None = None) -> Model
     )
     register_backend_builders(control.loader, server, settings.backend_config)
     streams = _stream_service(settings, server)
-    # Before the frontends: whether they decode requests themselves depends on it.
+    # Before the proxies: whether they decode requests themselves depends on it.
     if tracing.start(settings.tracing, os.environ):
         log.info("tracing inference requests to OTLP/HTTP (%s)", settings.tracing.endpoint or "OTEL_*")
     codes = AnswerCodes()
@@ -150,8 +150,8 @@ def assemble(settings: ServeSettings, worker: WorkerLink | None = None) -> Model
         settings, worker, server, control, releases, verdicts, gateway, streams, None, None
     )
     if count:
-        process.frontends = frontends_for(settings, count, server, codes, gateway, journal)
-        process.frontends.hub.http_app = http_app
+        process.proxies = proxies_for(settings, count, server, codes, gateway, journal)
+        process.proxies.hub.http_app = http_app
     else:
         process.grpc_server = _grpc_server(settings, server, codes, gateway, journal, worker is not None)
         access = settings.request_log.access_log
@@ -172,7 +172,7 @@ def assemble(settings: ServeSettings, worker: WorkerLink | None = None) -> Model
         server.statistics_source = lambda: worker.aggregate.ask("statistics")
         registry_of(server).refuse(
             "system shared memory cannot be registered with --workers above 1: each worker process "
-            "would hold its own regions; serve with --workers 1, or with --frontends N for more cores"
+            "would hold its own regions; serve with --workers 1, or with --proxies N for more cores"
         )
         process.worker_answers = _worker_answers(
             server, process_collectors(server.repository_index, collectors)

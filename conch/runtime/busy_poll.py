@@ -32,10 +32,10 @@ def poll_when_idle(
     """Hook a :class:`BusyPoll` to ``in_flight``: each time its last request leaves, ``loop`` polls.
 
     ``after_lone_only``: poll only when that request had been alone in the server since it was last
-    empty. Why: the model process behind ``--frontends`` empties between two of a frontend's messages
-    even under load, as it answers faster than the frontends decode and encode. Polling through those
+    empty. Why: the model process behind ``--proxies`` empties between two of a proxy's messages
+    even under load, as it answers faster than the proxies decode and encode. Polling through those
     gaps kept it on a core all the time (its CPU per ``tiny`` request at 32 HTTP clients: 78 to 83 us,
-    against 50 to 55 with this), the core the frontends needed; a lone client's requests still find it
+    against 50 to 55 with this), the core the proxies needed; a lone client's requests still find it
     polling.
     """
     poll = BusyPoll(loop, in_flight, window_s)
@@ -46,8 +46,8 @@ def poll_when_idle(
 class BusyPoll:
     """Polls the loop for ``window_s`` after each moment the server becomes idle.
 
-    With ``busy_below`` 2 it also polls while one request is in flight: a frontend process of
-    ``--frontends`` has nothing to do while the model process computes a lone request's answer,
+    With ``busy_below`` 2 it also polls while one request is in flight: a proxy process of
+    ``--proxies`` has nothing to do while the model process computes a lone request's answer,
     and polling reads that answer without a wake-up (call :meth:`server_idle` as the request
     leaves for the model process too). With more in flight it sleeps, as the cores are needed.
     """

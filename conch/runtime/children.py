@@ -1,4 +1,4 @@
-"""The one supervisor of the processes ``conch serve`` starts: ``--workers`` replicas and ``--frontends``.
+"""The one supervisor of the processes ``conch serve`` starts: ``--workers`` replicas and ``--proxies``.
 
 Rule: the processes of one server start together and stop together. Each child's exit is noticed as
 it happens (a pidfd watched on the event loop, no polling) and reaped at once; one that exits while
@@ -24,7 +24,7 @@ class Children:
     """Child processes of this one, by pid, watched on the running event loop."""
 
     def __init__(self, what: str, on_exit: Callable[[int, int], None] | None = None) -> None:
-        #: What the children are, for the log ("worker process", "frontend process").
+        #: What the children are, for the log ("worker process", "proxy process").
         self.what = what
         #: Called with (pid, exit status) as each child exits.
         self.on_exit = on_exit

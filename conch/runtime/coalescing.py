@@ -1,7 +1,7 @@
 """The link's socket, with the messages of one turn of the event loop sent as one frame in one write.
 
 Why: with 32 requests in flight, a turn of the loop answers many of them; one ``send`` per message
-made the link's system calls the largest item of both processes' profiles (a frontend and the
+made the link's system calls the largest item of both processes' profiles (a proxy and the
 model process each spent ~210 us of CPU a request on ``tiny``, against ~70 us for the whole of one
 process). Held messages leave at the start of the next turn, before the loop waits again.
 

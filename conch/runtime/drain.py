@@ -1,4 +1,4 @@
-"""Graceful shutdown's first half (``--exit-timeout-secs``), the same with or without frontends."""
+"""Graceful shutdown's first half (``--exit-timeout-secs``), the same with or without proxies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Requests and responses across the link between a frontend process and the model process.
+"""Requests and responses across the link between a proxy process and the model process.
 
 A request or response travels as a small dictionary (names, ids, parameters, the outputs asked
 for) whose tensors lie in a shared-memory segment of the sender's :class:`SegmentPool` — the
@@ -10,7 +10,7 @@ Tensors of a few kilobytes in all travel as raw bytes inside the message instead
 segment's bookkeeping (take, map, copy out, give back: a message each way) cost more than the
 bytes themselves.
 
-Errors travel as their kind, gRPC kind, message and headers, so each frontend answers them with
+Errors travel as their kind, gRPC kind, message and headers, so each proxy answers them with
 the same status and words as the in-process server would.
 """
 

@@ -1,8 +1,8 @@
-"""The model process's end of the frontend processes' links (``conch serve --frontends N``).
+"""The model process's end of the proxy processes' links (``conch serve --proxies N``).
 
-Each frontend process holds one Unix-socket connection here. Over it come:
+Each proxy process holds one Unix-socket connection here. Over it come:
 
-- ``infer``: a request the frontend decoded (tensors in its shared memory); the answer goes back
+- ``infer``: a request the proxy decoded (tensors in its shared memory); the answer goes back
   with its tensors in this process's shared memory, to be encoded there;
 - ``http``: any other HTTP request, whole, answered by conch's own HTTP app in this process (so the
   gateway, the status page and the management APIs behave exactly as in one process), its answer
@@ -10,7 +10,7 @@ Each frontend process holds one Unix-socket connection here. Over it come:
 - ``grpc`` / ``stream_*``: any other gRPC call as protobuf bytes with its metadata, answered by the
   same handlers the in-process gRPC server uses;
 
-Everything stateful stays here: batches form here whatever frontend a request came through, and
+Everything stateful stays here: batches form here whatever proxy a request came through, and
 model control, shared-memory regions, sequences and releases need no coordination.
 """
 
@@ -49,8 +49,8 @@ KEPT_SEGMENTS = 32
 LARGEST_KEPT_BYTES = 1 << 20
 
 
-class FrontendHub:
-    """Accepts the frontend processes' connections and answers what they send."""
+class ProxyHub:
+    """Accepts the proxy processes' connections and answers what they send."""
 
     def __init__(
         self,
@@ -64,10 +64,10 @@ class FrontendHub:
         self.grpc_methods = grpc_methods
         self.codes = codes
         self.links: list[FrontendLink] = []
-        #: Set when a frontend's connection closed while the server was not stopping.
+        #: Set when a proxy's connection closed while the server was not stopping.
         self.lost = asyncio.Event()
         self.stopping = False
-        #: Set once the frontends may answer; a frontend lost before is a failed start, reported so.
+        #: Set once the proxies may answer; a proxy lost before is a failed start, reported so.
         self.opened = False
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -80,18 +80,18 @@ class FrontendHub:
         self._accepting = asyncio.get_running_loop().create_task(self._accept())
 
     async def connected(self, count: int) -> None:
-        """Returns once ``count`` frontends have connected and said who they are."""
+        """Returns once ``count`` proxies have connected and said who they are."""
         while sum(1 for link in self.links if link.pid) < count:
             await asyncio.sleep(0.01)
 
     def open(self) -> None:
-        """Let every frontend answer: the models are loaded."""
+        """Let every proxy answer: the models are loaded."""
         self.opened = True
         for link in self.links:
             link.connection.send({"op": "go"})
 
     def close(self) -> None:
-        """Tell every frontend to stop (it finishes what it is answering), and stop accepting."""
+        """Tell every proxy to stop (it finishes what it is answering), and stop accepting."""
         self.stopping = True
         for link in self.links:
             link.connection.send({"op": "stop"})
@@ -101,7 +101,7 @@ class FrontendHub:
             self._listener.close()
 
     def forget(self) -> None:
-        """Remove every segment either side left (the frontends have exited)."""
+        """Remove every segment either side left (the proxies have exited)."""
         for link in self.links:
             link.close()
 
@@ -114,9 +114,9 @@ class FrontendHub:
 
 
 class FrontendLink:
-    """One frontend process's connection, with the shared memory each side writes into."""
+    """One proxy process's connection, with the shared memory each side writes into."""
 
-    def __init__(self, hub: FrontendHub, sock: socket.socket, index: int) -> None:
+    def __init__(self, hub: ProxyHub, sock: socket.socket, index: int) -> None:
         self.hub = hub
         self.pid = 0
         self.pool = SegmentPool(f"conch-m{os.getpid()}-{index}", SEGMENT_BYTES, SEGMENT_BYTES)
@@ -172,7 +172,7 @@ class FrontendLink:
         for task in self._tasks:
             task.cancel()
         if not self.hub.stopping and self.hub.opened:
-            log.error("frontend process %d went away; stopping the server so it can be restarted", self.pid)
+            log.error("proxy process %d went away; stopping the server so it can be restarted", self.pid)
             self.hub.lost.set()
 
     async def _infer(self, message: dict[str, Any]) -> None:
@@ -192,7 +192,7 @@ class FrontendLink:
         except ConchError as exc:
             reply = error_message(exc)
             self._count(http, exc)
-        except Exception:  # the frontend is answered whatever happens: it waits for this reply
+        except Exception:  # the proxy is answered whatever happens: it waits for this reply
             log.exception("inference on model '%s' failed", message.get("model"))
             error = InternalError("internal server error")
             reply = error_message(error)

@@ -1,8 +1,8 @@
-"""A frontend process's end of its link to the model process (see :mod:`conch.runtime.hub`).
+"""A proxy process's end of its link to the model process (see :mod:`conch.runtime.hub`).
 
 Calls wait on futures keyed by a call id; the replies arrive on the event loop as the socket becomes
 readable (no thread hop). When the model process goes away, every call still waiting ends with 503
-and :attr:`ModelLink.closed` is set, so the frontend stops too.
+and :attr:`ModelLink.closed` is set, so the proxy stops too.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ModelLink:
                 self.connection.send({"op": "release", "segment": reply["segment"]})
 
     def note_refusal(self, status: int) -> None:
-        """Tells the model process this frontend refused a request on its own (a body over the
+        """Tells the model process this proxy refused a request on its own (a body over the
         limit), so ``conch_requests_total`` counts it as one process would."""
         self.connection.send({"op": "refused", "status": status})
 

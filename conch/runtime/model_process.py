@@ -2,7 +2,7 @@
 
 One loop serves all three: requests hop to a worker thread only for the model's own computation, so
 there is no per-request process or thread hand-off in the frontends. :func:`run` takes the parts
-:func:`conch.runtime.assembly.assemble` built and starts them in order (frontend processes, the
+:func:`conch.runtime.assembly.assemble` built and starts them in order (proxy processes, the
 releases and models, the ports), then stops them in the reverse order.
 """
 
@@ -25,8 +25,8 @@ from conch.runtime.assembly import ModelProcess, assemble
 from conch.runtime.busy_poll import poll_when_idle
 from conch.runtime.control_channel import WorkerLink
 from conch.runtime.drain import drain
-from conch.runtime.frontend_processes import FrontendStartError
 from conch.runtime.listening import ServeError
+from conch.runtime.proxy_processes import ProxyStartError
 from conch.runtime.settings import ServeSettings
 from conch.status_page.sampling import keep_sampling
 
@@ -51,11 +51,11 @@ def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
 
 async def run(process: ModelProcess) -> None:
     """Load the repository, serve until SIGINT or SIGTERM, then stop cleanly."""
-    settings, server, frontends = process.settings, process.server, process.frontends
+    settings, server, proxies = process.settings, process.server, process.proxies
     try:
-        if frontends is not None:
-            await frontends.start()
-    except FrontendStartError as exc:
+        if proxies is not None:
+            await proxies.start()
+    except ProxyStartError as exc:
         raise ServeError(str(exc)) from None
     log.debug("serve settings: %s", settings)
     log.info("loading model repository %s", settings.repository)
@@ -64,8 +64,8 @@ async def run(process: ModelProcess) -> None:
         await release_runner.take_over(process.releases, process.verdicts, settings.release_store_poll_secs)
         process.control.load_startup()
     except BaseException:
-        if frontends is not None:
-            await frontends.stop()  # they must not outlive a server that failed to load
+        if proxies is not None:
+            await proxies.stop()  # they must not outlive a server that failed to load
         raise
     if process.worker is None or process.worker.index == 0:
         print(server.repository.table(), flush=True)
@@ -78,15 +78,15 @@ async def run(process: ModelProcess) -> None:
         enable_access_log()
     if process.grpc_server is not None:
         await process.grpc_server.start()
-    if frontends is not None:
-        frontends.open()
+    if proxies is not None:
+        proxies.open()
     garbage_collection.settle()  # the heap is built: freeze it, so the collector stops walking it
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     if settings.busy_poll_us > 0:
-        # With --frontends, only after a lone request (poll_when_idle says why).
+        # With --proxies, only after a lone request (poll_when_idle says why).
         poll_when_idle(
-            loop, server.in_flight, settings.busy_poll_us / 1e6, after_lone_only=frontends is not None
+            loop, server.in_flight, settings.busy_poll_us / 1e6, after_lone_only=proxies is not None
         )
 
     def stop() -> None:
@@ -116,12 +116,12 @@ async def run(process: ModelProcess) -> None:
         asyncio.create_task(release_runner.follow_store(process.releases, process.verdicts, poll_secs))
     )
     waits = [asyncio.create_task(stopping.wait()), *serving]
-    if frontends is not None:
-        waits.append(asyncio.create_task(frontends.hub.lost.wait()))
+    if proxies is not None:
+        waits.append(asyncio.create_task(proxies.hub.lost.wait()))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     await _stop(process, serving, tasks)
-    if frontends is not None and frontends.hub.lost.is_set():
-        raise ServeError("a frontend process exited; the server stopped")
+    if proxies is not None and proxies.hub.lost.is_set():
+        raise ServeError("a proxy process exited; the server stopped")
 
 
 async def _stop(
@@ -137,8 +137,8 @@ async def _stop(
         each.shutdown()
     if process.grpc_server is not None:
         await process.grpc_server.stop(grace=5)
-    if process.frontends is not None:
-        await process.frontends.stop()
+    if process.proxies is not None:
+        await process.proxies.stop()
     await asyncio.gather(*serving, return_exceptions=True)
     for task in tasks:
         task.cancel()

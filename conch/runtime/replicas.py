@@ -55,7 +55,7 @@ def run_workers(settings: ServeSettings, count: int) -> None:
         raise ServeError(
             f"model(s) {stateful} use sequence_batching, whose sequences live in one process; --workers "
             f"{count} would send a sequence's requests to different processes. Serve them with --workers 1 "
-            "(a conch serve of their own), use --frontends N (one model process) for more cores, or remove "
+            "(a conch serve of their own), use --proxies N (one model process) for more cores, or remove "
             "them from this repository"
         )
     http_socket = listen(settings.host, settings.http_port, "HTTP")

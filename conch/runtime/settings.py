@@ -1,7 +1,7 @@
 """What ``conch serve`` was asked to do: every flag and ``CONCH_*`` variable, in one frozen record.
 
 The CLI builds it (:mod:`conch.cli.main`), :func:`conch.runtime.assembly.assemble` builds the server
-from it, and the supervisors (``--workers``, ``--frontends``) hand it to their processes.
+from it, and the supervisors (``--workers``, ``--proxies``) hand it to their processes.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ class ServeSettings:
     server_name: str = "conch"
     default_max_batch_size: int = 4
     workers: int = 1
-    #: Frontend processes owning the public ports (``conch.runtime``); 0: this process serves them;
-    #: None: as many as the cores allow (``conch.runtime.frontend_count``).
-    frontends: int | None = 0
+    #: Proxy processes owning the public ports (``conch.runtime``); 0: this process serves them;
+    #: None: as many as the cores allow (``conch.runtime.proxy_count``).
+    proxies: int | None = 0
     busy_poll_us: int = 1000
     grpc_acceptors: int = DEFAULT_ACCEPTORS
     model_control_mode: str = "none"

@@ -180,7 +180,7 @@ class DynamicBatcher:
 
         Why: while a batch gathers, each arriving request wakes the batcher, which finds the batch
         not yet due and sleeps again until the same moment (the oldest request's queue delay). Behind
-        ``--frontends``, whose requests arrive a few per turn of the loop, that was about one sleep
+        ``--proxies``, whose requests arrive a few per turn of the loop, that was about one sleep
         a request, and a new timer with the old one cancelled each time (``call_later`` and
         ``cancel``: 1.6 us). A timer that rings when nobody sleeps wakes nothing (:meth:`_wake`).
         """

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 #: Ports handed out lately: the kernel may give the same free port to two calls in a row, and a
-#: server whose HTTP and gRPC ports are equal binds both (SO_REUSEPORT with --frontends or --workers)
+#: server whose HTTP and gRPC ports are equal binds both (SO_REUSEPORT with --proxies or --workers)
 #: and splits the connections between them: a gRPC client then meets the HTTP server (seen once in CI).
 _HANDED_OUT: deque[int] = deque(maxlen=256)
 
@@ -185,7 +185,7 @@ class ServerProcess:
 
 def processes_running(*arguments: bytes) -> list[int]:
     """The processes whose command line has every one of ``arguments`` as a whole argument (a model
-    process's ``model.py``, a frontend's module name and port), found in ``/proc``."""
+    process's ``model.py``, a proxy's module name and port), found in ``/proc``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -54,10 +54,10 @@ def aging_server(start_server: Callable[..., ServerProcess], repository: Path) -
 @pytest.fixture(scope="module")
 def graced_server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
     """The aging server's age with a one-second grace: a call open past both is cut. Its gRPC port is
-    served by a frontend process, so the limits are seen to cross to one."""
+    served by a proxy process, so the limits are seen to cross to one."""
     return start_server(
         repository,
-        "--frontends", "1",
+        "--proxies", "1",
         "--grpc-max-concurrent-streams", "7",
         "--grpc-max-connection-age-secs", "1",
         "--grpc-max-connection-age-grace-secs", "1",
@@ -88,7 +88,7 @@ def test_every_connection_is_told_the_default_stream_limit(aging_server: ServerP
         peer.close()
 
 
-@pytest.mark.parametrize("mode", ["in-process", "frontend process"])
+@pytest.mark.parametrize("mode", ["in-process", "proxy process"])
 def test_the_stream_limit_holds_however_the_port_is_served(
     request: pytest.FixtureRequest,
     start_server: Callable[..., ServerProcess],

@@ -38,14 +38,14 @@ version_policy: { all: {} }
 """
 
 
-@pytest.fixture(scope="module", params=["in-process", "frontends"])
+@pytest.fixture(scope="module", params=["in-process", "proxies"])
 def server(
     start_server: Callable[..., ServerProcess],
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> ServerProcess:
     """simple (versions 1 and 2), multi-dtype and fixed-shape (no config.pbtxt), broken (not ONNX); every
-    test runs against gRPC served in-process and through two frontend processes (``--frontends 2``)."""
+    test runs against gRPC served in-process and through two proxy processes (``--proxies 2``)."""
     root = write_repository(
         tmp_path_factory.mktemp("grpc-endpoints"),
         {
@@ -58,8 +58,8 @@ def server(
     (root / "broken" / "1").mkdir(parents=True)
     (root / "broken" / "1" / "model.onnx").write_bytes(b"these bytes are not an ONNX model")
     # Without strict readiness the server is ready although "broken" failed to load.
-    frontends = "2" if request.param == "frontends" else "0"
-    return start_server(root, "--strict-readiness", "false", "--frontends", frontends)
+    proxies = "2" if request.param == "proxies" else "0"
+    return start_server(root, "--strict-readiness", "false", "--proxies", proxies)
 
 
 def test_server_is_live_and_ready(grpc_client: grpcclient.InferenceServerClient) -> None:

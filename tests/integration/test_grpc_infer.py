@@ -43,7 +43,7 @@ MODELS: dict[str, onnx.ModelProto] = {
 
 SERVING_MODES = {
     "in-process": [],
-    "frontends": ["--frontends", "2"],
+    "proxies": ["--proxies", "2"],
     "grpc.aio's own acceptance": ["--grpc-acceptors", "0"],
 }
 
@@ -56,7 +56,7 @@ def server(
 ) -> ServerProcess:
     """An identity model per datatype, add-sub, multi-dtype (all auto-completed) and digits-mlp; every
     test runs against gRPC served in-process (with its inference calls accepted several at once, and
-    one at a time as ``grpc.aio`` accepts them) and through two frontend processes (``--frontends 2``)."""
+    one at a time as ``grpc.aio`` accepts them) and through two proxy processes (``--proxies 2``)."""
     root = write_repository(tmp_path_factory.mktemp("grpc-infer"), {n: (m, None) for n, m in MODELS.items()})
     shutil.copytree(EXAMPLES / "digits-mlp", root / "digits-mlp")
     return start_server(root, *SERVING_MODES[request.param])

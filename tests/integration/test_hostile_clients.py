@@ -75,7 +75,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(start_server: Callable[..., ServerProcess], repository: Path) -> ServerProcess:
     return start_server(
         repository,
-        "--frontends", "0",
+        "--proxies", "0",
         "--http-max-body-bytes", str(BODY_LIMIT),
         "--http-max-header-bytes", "8192",
         "--http-slow-client-timeout-secs", str(SLOW_SECS),
@@ -376,7 +376,7 @@ def capped(start_server: Callable[..., ServerProcess], repository: Path) -> Serv
     is a trusted proxy, whose X-Real-Client header names the client."""
     return start_server(
         repository,
-        "--frontends", "0",
+        "--proxies", "0",
         "--http-max-connections", "20",
         "--http-trusted-proxies", "127.0.0.1",
         "--http-client-ip-header", "X-Real-Client",

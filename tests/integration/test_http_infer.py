@@ -60,13 +60,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=["in-process", "frontends"])
+@pytest.fixture(scope="module", params=["in-process", "proxies"])
 def server(
     start_server: Callable[..., ServerProcess], repository: Path, request: pytest.FixtureRequest
 ) -> ServerProcess:
-    """The repository served by one process, and by two frontend processes in front of the model
-    process (``--frontends 2``): every test runs against both."""
-    return start_server(repository, "--frontends", "2" if request.param == "frontends" else "0")
+    """The repository served by one process, and by two proxy processes in front of the model
+    process (``--proxies 2``): every test runs against both."""
+    return start_server(repository, "--proxies", "2" if request.param == "proxies" else "0")
 
 
 @pytest.fixture(scope="module")

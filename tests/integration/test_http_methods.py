@@ -3,7 +3,7 @@
 Triton answers 405 (``Method Not Allowed``) there, and HTTP requires the ``Allow`` header naming the
 methods the path takes; conch used to answer 400. Every path of the OpenAPI document the server
 serves is called with each method the document does not list for it, on one process and behind
-frontend processes (which relay these calls to the model process).
+proxy processes (which relay these calls to the model process).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def documented_methods() -> list[tuple[str, frozenset[str]]]:
     ]
 
 
-@pytest.fixture(scope="module", params=[(), ("--frontends", "2")], ids=["one process", "frontends"])
+@pytest.fixture(scope="module", params=[(), ("--proxies", "2")], ids=["one process", "proxies"])
 def server(
     request: pytest.FixtureRequest,
     start_server: Callable[..., ServerProcess],

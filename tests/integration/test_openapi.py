@@ -55,11 +55,11 @@ def live(
 
 
 @pytest.fixture(scope="module")
-def behind_frontends(
+def behind_proxies(
     start_server: Callable[..., ServerProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> ServerProcess:
-    """Two frontend processes decode the inferences and relay the rest: the same answers are due."""
-    return start_server(models(tmp_path_factory.mktemp("frontends")), "--frontends", "2")
+    """Two proxy processes decode the inferences and relay the rest: the same answers are due."""
+    return start_server(models(tmp_path_factory.mktemp("proxies")), "--proxies", "2")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ bounded = settings(
 
 
 @live_api.parametrize()
-@pytest.mark.parametrize("served", ["live", "behind_frontends"])
+@pytest.mark.parametrize("served", ["live", "behind_proxies"])
 @bounded
 def test_non_destructive_routes_conform(
     case: schemathesis.Case, served: str, request: pytest.FixtureRequest

@@ -28,10 +28,10 @@ def serve(flags: list[str], environ: dict[str, str] | None = None) -> subprocess
         (["--grpc-acceptors", "-1"], "argument --grpc-acceptors: must be at least 0, got -1"),
         (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
         (["--http-port", "eighty"], "argument --http-port: expected a whole number, got 'eighty'"),
-        (["--workers", "2", "--frontends", "2"], "conch: --frontends replaces --workers; use one of them"),
+        (["--workers", "2", "--proxies", "2"], "conch: --proxies replaces --workers; use one of them"),
         (["--grpc-port", "8000"], "conch: --http-port and --grpc-port are both 8000; give each its own port"),
         (
-            ["--http-port", "9100", "--metrics-port", "9100", "--frontends", "2"],
+            ["--http-port", "9100", "--metrics-port", "9100", "--proxies", "2"],
             "conch: --http-port and --metrics-port are both 9100",
         ),
         (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0, got -1"),
@@ -84,7 +84,7 @@ def test_a_taken_port_names_the_flag_and_the_variable_that_move_it() -> None:
         port = taken.getsockname()[1]
         done = serve(
             ["--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--metrics-port", str(port)],
-            {"CONCH_FRONTENDS": "0"},
+            {"CONCH_PROXIES": "0"},
         )
 
     assert done.returncode == 1

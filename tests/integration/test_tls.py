@@ -1,5 +1,5 @@
 """TLS on the HTTP and gRPC ports of a real ``conch serve``, in each way it can run (one process,
-frontend processes, the gRPC relay, workers): tritonclient over HTTPS and gRPC with TLS, a client
+proxy processes, the gRPC relay, workers): tritonclient over HTTPS and gRPC with TLS, a client
 refused without the certificate mutual TLS asks for, and flags that cannot be served refused at start.
 """
 
@@ -30,7 +30,7 @@ from tests.integration.server_process import ServerProcess
 
 MODES = {
     "one-process": (),
-    "frontends": ("--frontends", "2"),
+    "proxies": ("--proxies", "2"),
     "workers": ("--workers", "2"),
 }
 

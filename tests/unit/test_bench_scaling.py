@@ -8,23 +8,23 @@ from datetime import UTC, datetime
 from bench.scaling import Setup, pinning_check, render, setups
 
 
-def test_each_core_count_runs_with_one_process_with_one_per_core_and_with_frontends() -> None:
+def test_each_core_count_runs_with_one_process_with_one_per_core_and_with_proxies() -> None:
     assert setups([1, 2, 4]) == [
         Setup(1, 1),
         *(Setup(2, 1), Setup(2, 2), Setup(2, 1, 1), Setup(2, 1, 2)),
         *(Setup(4, 1), Setup(4, 4), Setup(4, 1, 3), Setup(4, 1, 4)),
     ]
     assert Setup(2, 2).name == "2 cores, 2 workers" and Setup(1, 1).name == "1 core, 1 worker"
-    assert Setup(2, 1, 1).name == "2 cores, 1 frontend" and Setup(4, 1, 3).name == "4 cores, 3 frontends"
+    assert Setup(2, 1, 1).name == "2 cores, 1 proxy" and Setup(4, 1, 3).name == "4 cores, 3 proxies"
 
 
 def test_kinds_pick_the_setups_and_the_reference_is_always_one_process_on_the_fewest_cores() -> None:
-    assert setups([1, 4, 16], ["workers", "frontends"]) == [
+    assert setups([1, 4, 16], ["workers", "proxies"]) == [
         Setup(1, 1),
         *(Setup(4, 4), Setup(4, 1, 4)),
         *(Setup(16, 16), Setup(16, 1, 16)),
     ]
-    assert setups([2, 4], ["frontends-1"]) == [Setup(2, 1), Setup(4, 1, 3)]
+    assert setups([2, 4], ["proxies-1"]) == [Setup(2, 1), Setup(4, 1, 3)]
 
 
 def test_the_pinning_check_sees_taskset_confine_two_busy_processes_to_one_core() -> None:

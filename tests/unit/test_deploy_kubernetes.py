@@ -136,7 +136,7 @@ def test_service_ports_and_scraping(manifests: Path) -> None:
 def test_frontends_follow_the_pods_cpu_not_the_nodes_cores(manifests: Path, tmp_path: Path) -> None:
     # One CPU requested (the default): no frontends, though the node may have 64 cores to see.
     env = {item["name"]: item["value"] for item in container(manifests)["env"]}
-    assert env["CONCH_FRONTENDS"] == "0"
+    assert env["CONCH_PROXIES"] == "0"
     for flags, frontends in (
         (["--cpu", "8"], "8"),
         (["--cpu", "2", "--cpu-limit", "32"], "16"),
@@ -145,7 +145,7 @@ def test_frontends_follow_the_pods_cpu_not_the_nodes_cores(manifests: Path, tmp_
         out = tmp_path / "-".join(flags)
         assert main(["deploy", "kubernetes", str(EXAMPLES), "-o", str(out), *flags]) == 0
         env = {item["name"]: item["value"] for item in container(out)["env"]}
-        assert env["CONCH_FRONTENDS"] == frontends, flags
+        assert env["CONCH_PROXIES"] == frontends, flags
 
 
 def test_gpu_request_and_its_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -342,7 +342,7 @@ def test_the_kserve_runtime_sets_frontends_from_its_cpu_too(tmp_path: Path) -> N
         assert main(["deploy", "kserve", "-o", str(tmp_path / cpu), "--cpu", cpu]) == 0
         runtime = read(tmp_path / cpu, "servingruntime.yaml")
         env = {item["name"]: item["value"] for item in runtime["spec"]["containers"][0]["env"]}
-        assert env["CONCH_FRONTENDS"] == frontends
+        assert env["CONCH_PROXIES"] == frontends
 
 
 def test_the_kserve_runtime_takes_the_client_the_queue_proxy_names(

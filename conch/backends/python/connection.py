@@ -17,7 +17,7 @@ from conch.backends.python.stub import conch_ipc
 
 #: Bytes read at a time. Under the allocator's mmap threshold (128 KiB), so each read's buffer comes
 #: from the heap: a 1 MiB read cost an mmap, an mremap and a munmap every time (strace of the model
-#: process behind ``--frontends``, ~13 requests a read), where the messages are small dictionaries
+#: process behind ``--proxies``, ~13 requests a read), where the messages are small dictionaries
 #: (tensors travel in segments) and a larger one is read on in more chunks.
 _CHUNK = 1 << 16
 

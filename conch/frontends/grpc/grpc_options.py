@@ -1,4 +1,4 @@
-"""How conch sets up gRPC's core, in one place for the in-process server and the frontend processes.
+"""How conch sets up gRPC's core, in one place for the in-process server and the proxy processes.
 
 Nothing here imports ``grpc``: :func:`prefer_iomgr_listener` must run before gRPC's core reads its
 configuration, which happens when ``grpc`` is first imported.

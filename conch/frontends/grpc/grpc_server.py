@@ -1,7 +1,7 @@
 """The gRPC server conch runs: the inference servicer registered as one generic handler, each method
 counted and admitted through the gateway, and ModelInfer's calls accepted several at once.
 
-The model process of ``--frontends`` answers relayed calls with the same handlers
+The model process of ``--proxies`` answers relayed calls with the same handlers
 (:func:`served_methods`), so a call behaves alike whichever process took it.
 """
 
@@ -97,7 +97,7 @@ def served_methods(
 ) -> dict[str, grpc.RpcMethodHandler]:
     """Every method of ``servicer`` by name, as conch serves it: counted, admitted through
     ``gateway`` and, for ModelInfer, recorded in the servicer's inference log. The model process of
-    ``--frontends`` answers relayed calls with these same handlers."""
+    ``--proxies`` answers relayed calls with these same handlers."""
     codes = Counter() if codes is None else codes
     methods = wrapped_methods(_register(servicer).methods, codes, gateway)
     journal = getattr(servicer, "inference_log", None)

@@ -1,5 +1,5 @@
 """What the model process gives conch's gRPC handlers for a call another process relayed (a
-frontend of ``--frontends``, or the ``--grpc-relay`` process).
+frontend of ``--proxies``, or the ``--grpc-relay`` process).
 
 The handlers (the servicer's methods wrapped by the gateway, the answer counter and the inference
 log) read a call's metadata and peer, end it with ``abort``, read its final code and set trailing

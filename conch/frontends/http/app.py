@@ -380,7 +380,7 @@ class HttpFrontend:
 
 def infer_reply(scope: Scope, request: InferenceRequest, response: InferenceResponse) -> Reply:
     """An inference's 200 answer: JSON or the binary extension, the fallback header, compressed as
-    the client accepts (the frontend processes of ``--frontends`` answer with this too)."""
+    the client accepts (the proxy processes of ``--proxies`` answer with this too)."""
     payload, json_length = infer_codec.encode_response(response, request)
     if json_length is None:
         headers = [(b"content-type", infer_codec.JSON_CONTENT_TYPE)]

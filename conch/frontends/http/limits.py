@@ -64,6 +64,6 @@ class HttpLimits:
     client_ip_header: str = "x-forwarded-for"
 
     def __post_init__(self) -> None:
-        # Sent to the frontend processes as JSON, where a tuple becomes a list.
+        # Sent to the proxy processes as JSON, where a tuple becomes a list.
         object.__setattr__(self, "trusted_proxies", tuple(self.trusted_proxies))
         object.__setattr__(self, "client_ip_header", self.client_ip_header.lower())

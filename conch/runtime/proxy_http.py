@@ -1,4 +1,4 @@
-"""A frontend process's HTTP app: inference decoded and encoded here, everything else relayed.
+"""A proxy process's HTTP app: inference decoded and encoded here, everything else relayed.
 
 ``POST .../infer`` is decoded into a request in this process, answered by the model process through
 shared memory and encoded here, with the same codec and headers as in one process. Any other
@@ -48,8 +48,8 @@ class RegionsElsewhere(RegionLeases):
         raise NeedsModelProcess
 
 
-class FrontendHttpApp:
-    """ASGI app of one frontend process."""
+class ProxyHttpApp:
+    """ASGI app of one proxy process."""
 
     def __init__(self, link: ModelLink, max_body_bytes: int, json_depth: int, decode_here: bool) -> None:
         self.link = link

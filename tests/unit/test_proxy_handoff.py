@@ -1,4 +1,4 @@
-"""Requests, responses and errors across the link of ``--frontends`` (``conch.runtime.handoff``).
+"""Requests, responses and errors across the link of ``--proxies`` (``conch.runtime.handoff``).
 
 The two sides are two real segment pools and readers over ``/dev/shm``, as in the two processes;
 each message goes through the link's own framing (pickled dictionaries), so what is checked is what

@@ -1,4 +1,4 @@
-"""``--frontends auto`` (``conch.runtime.frontend_count``): one frontend per usable core from 8
+"""``--proxies auto`` (``conch.runtime.proxy_count``): one frontend per usable core from 8
 cores, none below, and none where frontends would only relay."""
 
 from __future__ import annotations
@@ -11,35 +11,35 @@ import pytest
 from conch.cli.arguments import count_or_auto
 from conch.gateway.gateway import GatewaySettings
 from conch.observability.inference_log import RequestLogSettings
-from conch.runtime.frontend_count import auto_frontends, frontend_count
+from conch.runtime.proxy_count import auto_proxies, proxy_count
 from conch.runtime.settings import ServeSettings
 
 
 def auto(**changes: object) -> ServeSettings:
-    return ServeSettings(repository=Path("repo"), frontends=None, **changes)  # type: ignore[arg-type]
+    return ServeSettings(repository=Path("repo"), proxies=None, **changes)  # type: ignore[arg-type]
 
 
 def test_auto_starts_one_frontend_per_core_from_eight_cores_and_at_most_sixteen() -> None:
-    assert [auto_frontends(n) for n in (1, 2, 4, 7)] == [0, 0, 0, 0]
-    assert [auto_frontends(n) for n in (8, 12, 16, 64)] == [8, 12, 16, 16]
+    assert [auto_proxies(n) for n in (1, 2, 4, 7)] == [0, 0, 0, 0]
+    assert [auto_proxies(n) for n in (8, 12, 16, 64)] == [8, 12, 16, 16]
 
 
 def test_auto_counts_the_usable_cores_and_says_why() -> None:
-    count, why = frontend_count(auto(), {}, cores=lambda: 32)
+    count, why = proxy_count(auto(), {}, cores=lambda: 32)
     assert count == 16 and "32 usable cores" in why
-    count, why = frontend_count(auto(), {}, cores=lambda: 2)
+    count, why = proxy_count(auto(), {}, cores=lambda: 2)
     assert count == 0 and "2 usable cores" in why
 
 
 def test_auto_starts_none_off_linux() -> None:
-    count, why = frontend_count(auto(), {}, cores=lambda: 32, platform="darwin")
+    count, why = proxy_count(auto(), {}, cores=lambda: 32, platform="darwin")
     assert count == 0 and "Linux only" in why
-    assert frontend_count(auto(), {}, cores=lambda: 32, platform="linux")[0] == 16
+    assert proxy_count(auto(), {}, cores=lambda: 32, platform="linux")[0] == 16
 
 
 def test_a_number_given_is_kept_whatever_the_cores() -> None:
-    assert frontend_count(ServeSettings(repository=Path("r"), frontends=3), {}, cores=lambda: 1)[0] == 3
-    assert frontend_count(ServeSettings(repository=Path("r"), frontends=0), {}, cores=lambda: 64)[0] == 0
+    assert proxy_count(ServeSettings(repository=Path("r"), proxies=3), {}, cores=lambda: 1)[0] == 3
+    assert proxy_count(ServeSettings(repository=Path("r"), proxies=0), {}, cores=lambda: 64)[0] == 0
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_a_number_given_is_kept_whatever_the_cores() -> None:
 def test_auto_starts_none_where_frontends_would_only_relay(
     changes: dict[str, object], environ: dict[str, str]
 ) -> None:
-    count, why = frontend_count(auto(**changes), environ, cores=lambda: 32)
+    count, why = proxy_count(auto(**changes), environ, cores=lambda: 32)
     assert count == 0 and why.startswith("auto:")
 
 

@@ -1,4 +1,4 @@
-"""A frontend process's gRPC server: ModelInfer decoded and encoded here, every other call relayed.
+"""A proxy process's gRPC server: ModelInfer decoded and encoded here, every other call relayed.
 
 A ModelInfer call is decoded into a request in this process, answered by the model process through
 shared memory and encoded here with conch's gRPC codec. Every other call — the management methods,
@@ -24,14 +24,14 @@ from conch.frontends.grpc.grpc_options import MODEL_INFER_METHOD, GrpcConnection
 from conch.frontends.grpc.status import STATUS_BY_NUMBER, abort
 from conch.frontends.tls import TlsFiles, bind_grpc
 from conch.router.release_split import ROUTE_KEY_HEADER
-from conch.runtime.frontend_http import RegionsElsewhere
 from conch.runtime.model_link import ModelLink
+from conch.runtime.proxy_http import RegionsElsewhere
 
 _METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
 
 
 class FrontendServicer:
-    """The gRPC methods of one frontend process, as handlers over raw bytes."""
+    """The gRPC methods of one proxy process, as handlers over raw bytes."""
 
     def __init__(self, link: ModelLink, decode_here: bool) -> None:
         self.link = link
@@ -106,7 +106,7 @@ def _route_key(context: Any) -> str | None:
     return None
 
 
-def create_frontend_grpc(
+def create_proxy_grpc(
     link: ModelLink,
     address: str,
     decode_here: bool,
@@ -115,7 +115,7 @@ def create_frontend_grpc(
     tls: TlsFiles,
     connection_limits: GrpcConnectionLimits | None = None,
 ) -> tuple[grpc.aio.Server, CallAcceptors]:
-    """This frontend's gRPC server on ``address``, sharing the port with the others (``SO_REUSEPORT``)."""
+    """This proxy's gRPC server on ``address``, sharing the port with the others (``SO_REUSEPORT``)."""
     server = grpc.aio.server(options=grpc_server_options(True, max_message_bytes, connection_limits))
     handlers = FrontendServicer(link, decode_here).handlers()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

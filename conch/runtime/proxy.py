@@ -1,9 +1,9 @@
-"""A frontend process of ``conch serve --frontends N`` (``python -m conch.runtime.frontend``).
+"""A proxy process of ``conch serve --proxies N`` (``python -m conch.runtime.proxy``).
 
-It binds the HTTP and gRPC ports beside the other frontends (``SO_REUSEPORT``: the kernel spreads
+It binds the HTTP and gRPC ports beside the other proxies (``SO_REUSEPORT``: the kernel spreads
 connections over them), connects to the model process's socket and, once the model process says
 its models are loaded, answers: inference decoded and encoded here, the rest relayed (see
-:mod:`conch.runtime.frontend_http` and :mod:`conch.runtime.frontend_grpc`). It stops when the model
+:mod:`conch.runtime.proxy_http` and :mod:`conch.runtime.proxy_grpc`). It stops when the model
 process tells it to or goes away, finishing the answers it is writing.
 """
 
@@ -27,9 +27,9 @@ from conch.observability.access_log import enable_access_log
 from conch.observability.log_format import configure_logging
 from conch.runtime import garbage_collection
 from conch.runtime.busy_poll import BusyPoll
-from conch.runtime.frontend_grpc import create_frontend_grpc
-from conch.runtime.frontend_http import FrontendHttpApp
 from conch.runtime.model_link import ModelLink
+from conch.runtime.proxy_grpc import create_proxy_grpc
+from conch.runtime.proxy_http import ProxyHttpApp
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ EXIT_CANNOT_LISTEN_HTTP, EXIT_CANNOT_LISTEN_GRPC = 3, 4
 
 
 def shared_port(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` that the other frontends bind too."""
+    """A listening socket on ``host:port`` that the other proxies bind too."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,7 +53,7 @@ def shared_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def run_frontend(args: argparse.Namespace) -> int:
+async def run_proxy(args: argparse.Namespace) -> int:
     """Bind, connect, wait for the model process's go, serve until told to stop; the exit status.
 
     The ports are bound before the models load (as one process binds them), so a taken port is
@@ -67,7 +67,7 @@ async def run_frontend(args: argparse.Namespace) -> int:
     except OSError:
         return EXIT_CANNOT_LISTEN_HTTP
     try:
-        grpc_server, model_infer = create_frontend_grpc(
+        grpc_server, model_infer = create_proxy_grpc(
             link,
             f"{args.host}:{args.grpc_port}",
             args.decode_here,
@@ -79,7 +79,7 @@ async def run_frontend(args: argparse.Namespace) -> int:
     except RuntimeError:
         return EXIT_CANNOT_LISTEN_GRPC
     link.attach()
-    app = FrontendHttpApp(link, limits.max_body_bytes, limits.max_json_depth, args.decode_here)
+    app = ProxyHttpApp(link, limits.max_body_bytes, limits.max_json_depth, args.decode_here)
     http = HttpServer(app, limits, args.access_log, tls.http)
     if args.access_log:
         enable_access_log()
@@ -115,7 +115,7 @@ def _connect(path: str) -> socket.socket:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conch.runtime.frontend", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m conch.runtime.proxy", description=__doc__)
     parser.add_argument("--socket", required=True, help="the model process's Unix socket")
     parser.add_argument("--host", required=True)
     parser.add_argument("--http-port", type=int, required=True)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.decode_here, args.access_log = bool(args.decode_here), bool(args.access_log)
     configure_logging(args.log_level, args.log_format, sys.stderr)
-    return uvloop.run(run_frontend(args))
+    return uvloop.run(run_proxy(args))
 
 
 if __name__ == "__main__":

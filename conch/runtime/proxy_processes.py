@@ -1,9 +1,9 @@
-"""The model process's side of ``conch serve --frontends N``: start the frontend processes, let
+"""The model process's side of ``conch serve --proxies N``: start the proxy processes, let
 them answer once the models are loaded, and stop them.
 
-The frontends run in sessions of their own: a signal to the server's process group (Ctrl-C) must not
+The proxies run in sessions of their own: a signal to the server's process group (Ctrl-C) must not
 kill them under answers still being written; they stop when this process tells them to, or when its
-socket closes. A frontend that dies stops the server with an error, so an orchestrator restarts the
+socket closes. A proxy that dies stops the server with an error, so an orchestrator restarts the
 whole of it (as with ``--workers``; both are watched by :class:`conch.runtime.children.Children`).
 """
 
@@ -27,8 +27,8 @@ from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
 from conch.observability import tracing
 from conch.runtime.children import Children
-from conch.runtime.frontend import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
-from conch.runtime.hub import FrontendHub
+from conch.runtime.hub import ProxyHub
+from conch.runtime.proxy import EXIT_CANNOT_LISTEN_GRPC, EXIT_CANNOT_LISTEN_HTTP
 from conch.runtime.settings import cannot_listen
 
 if TYPE_CHECKING:
@@ -44,13 +44,13 @@ _START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 10.0
 
 
-class FrontendStartError(Exception):
-    """A frontend process did not come up; the message says why (a taken port, usually)."""
+class ProxyStartError(Exception):
+    """A proxy process did not come up; the message says why (a taken port, usually)."""
 
 
 @dataclasses.dataclass(frozen=True)
-class FrontendSettings:
-    """What each frontend process is started with (from the serve flags)."""
+class ProxySettings:
+    """What each proxy process is started with (from the serve flags)."""
 
     host: str
     http_port: int
@@ -66,26 +66,26 @@ class FrontendSettings:
     tls: TlsSettings
 
 
-class FrontendProcesses:
-    """``count`` frontend processes linked to ``hub``."""
+class ProxyProcesses:
+    """``count`` proxy processes linked to ``hub``."""
 
-    def __init__(self, hub: FrontendHub, settings: FrontendSettings, count: int) -> None:
+    def __init__(self, hub: ProxyHub, settings: ProxySettings, count: int) -> None:
         self.hub = hub
         self.settings = settings
         self.count = count
-        self._folder = tempfile.TemporaryDirectory(prefix="conch-frontends-")
+        self._folder = tempfile.TemporaryDirectory(prefix="conch-proxies-")
         self._children: Children | None = None
 
     async def start(self) -> None:
-        """Start every frontend and wait until each has bound the ports and connected."""
+        """Start every proxy and wait until each has bound the ports and connected."""
         path = str(Path(self._folder.name) / "model.sock")
         self.hub.listen(path)
         level = logging.getLogger().getEffectiveLevel()
         fmt = "json" if _json_logging() else "text"
         each = self.settings
-        children = self._children = Children("frontend process", self._exited)
+        children = self._children = Children("proxy process", self._exited)
         arguments = [
-            sys.executable, "-m", "conch.runtime.frontend",
+            sys.executable, "-m", "conch.runtime.proxy",
             "--socket", path, "--host", each.host,
             "--http-port", str(each.http_port), "--grpc-port", str(each.grpc_port),
             "--decode-here", str(int(each.decode_here)),
@@ -116,17 +116,17 @@ class FrontendProcesses:
             (EXIT_CANNOT_LISTEN_GRPC, each.grpc_port, "gRPC"),
         ):
             if code in codes:
-                raise FrontendStartError(cannot_listen(each.host, port, what))
+                raise ProxyStartError(cannot_listen(each.host, port, what))
         if not codes:
-            raise FrontendStartError(f"the frontend processes did not connect within {_START_TIMEOUT_S:g} s")
-        raise FrontendStartError(f"a frontend process did not start (exit status {codes[0]})")
+            raise ProxyStartError(f"the proxy processes did not connect within {_START_TIMEOUT_S:g} s")
+        raise ProxyStartError(f"a proxy process did not start (exit status {codes[0]})")
 
     def open(self) -> None:
-        """Let the frontends answer: the models are loaded."""
+        """Let the proxies answer: the models are loaded."""
         self.hub.open()
 
     async def stop(self) -> None:
-        """Tell the frontends to stop, wait for them, and remove what they left in shared memory."""
+        """Tell the proxies to stop, wait for them, and remove what they left in shared memory."""
         self.hub.close()
         if self._children is not None:
             await self._children.stop(None, _STOP_TIMEOUT_S)
@@ -134,9 +134,9 @@ class FrontendProcesses:
         self._folder.cleanup()
 
     def _exited(self, pid: int, code: int) -> None:
-        """Report a frontend's exit while the server is not stopping."""
+        """Report a proxy's exit while the server is not stopping."""
         if self.hub.opened and not self.hub.stopping:
-            log.error("frontend process %d exited (status %d)", pid, code)
+            log.error("proxy process %d exited (status %d)", pid, code)
             self.hub.lost.set()
 
 
@@ -146,22 +146,22 @@ def _json_logging() -> bool:
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
-def frontends_for(
+def proxies_for(
     settings: ServeSettings,
     count: int,
     server: InferenceServer,
     codes: AnswerCodes,
     gateway: Gateway | None,
     journal: InferenceLog | None,
-) -> FrontendProcesses:
-    """``count`` frontend processes for ``server``, their relayed gRPC calls answered by
+) -> ProxyProcesses:
+    """``count`` proxy processes for ``server``, their relayed gRPC calls answered by
     the same handlers (gateway, counters, inference log) as the in-process gRPC server's. The hub's
     HTTP app is set once the server has built it."""
     servicer = InferenceServicer(server, stream_admission(gateway) if gateway is not None else None)
     servicer.inference_log = journal
-    hub = FrontendHub(server, None, served_methods(servicer, codes.grpc, gateway), codes)
+    hub = ProxyHub(server, None, served_methods(servicer, codes.grpc, gateway), codes)
     decode_here = gateway is None and journal is None and tracing.tracer is None
-    frontend = FrontendSettings(
+    proxy = ProxySettings(
         host=settings.host,
         http_port=settings.http_port,
         grpc_port=settings.grpc_port,
@@ -169,7 +169,7 @@ def frontends_for(
         grpc_acceptors=settings.grpc_acceptors,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
         grpc_connection_limits=settings.grpc_connection_limits,
-        # Each frontend holds its share of the connection cap: the kernel spreads connections
+        # Each proxy holds its share of the connection cap: the kernel spreads connections
         # evenly, not exactly, so the cap holds to within one share.
         http_limits=dataclasses.replace(
             settings.http_limits,
@@ -179,4 +179,4 @@ def frontends_for(
         busy_poll_us=settings.busy_poll_us,
         tls=settings.tls,
     )
-    return FrontendProcesses(hub, frontend, count)
+    return ProxyProcesses(hub, proxy, count)

@@ -1,7 +1,7 @@
-"""``conch serve --frontends N``: frontend processes own the ports, one model process the models.
+"""``conch serve --proxies N``: proxy processes own the ports, one model process the models.
 
-Each test runs a real server with two frontend processes and talks to it with tritonclient over
-fresh connections, so requests land on both frontends (the kernel spreads connections over the
+Each test runs a real server with two proxy processes and talks to it with tritonclient over
+fresh connections, so requests land on both proxies (the kernel spreads connections over the
 processes sharing a port). What one process did for ``--workers`` it could not (model control,
 shared memory, sequences, a server-wide rate limit) must work here, because all of it lives in the
 one model process; and results must be what onnxruntime computes.
@@ -28,12 +28,12 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from conch.core.usable_cores import usable_cores
-from conch.runtime.frontend_count import auto_frontends
+from conch.runtime.proxy_count import auto_proxies
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess, free_port, processes_running, requests_counted
 
-FRONTENDS = ("--frontends", "2")
+FRONTENDS = ("--proxies", "2")
 BODY_LIMIT = 1 << 20
 
 
@@ -54,7 +54,7 @@ BATCHED = batched_config("batched", 64, 20000)
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_repository(
-        tmp_path_factory.mktemp("frontends"),
+        tmp_path_factory.mktemp("proxies"),
         {
             "relu": (variable_dims_model(), None),
             "batched": (variable_dims_model(), BATCHED),
@@ -82,9 +82,9 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(["Y"], {"X": x})[0])
 
 
-def frontend_pids(server: ServerProcess) -> list[int]:
-    """The frontend processes of ``server`` (they run in sessions of their own, so by command line)."""
-    return processes_running(b"conch.runtime.frontend", str(server.http_port).encode())
+def proxy_pids(server: ServerProcess) -> list[int]:
+    """The proxy processes of ``server`` (they run in sessions of their own, so by command line)."""
+    return processes_running(b"conch.runtime.proxy", str(server.http_port).encode())
 
 
 def cpu_ns(pid: int) -> int:
@@ -113,15 +113,15 @@ def grpc_relu(server: ServerProcess, x: np.ndarray, model: str = "relu") -> np.n
         client.close()
 
 
-def test_two_frontend_processes_share_the_ports(server: ServerProcess) -> None:
-    assert len(frontend_pids(server)) == 2
+def test_two_proxy_processes_share_the_ports(server: ServerProcess) -> None:
+    assert len(proxy_pids(server)) == 2
     assert server.request("GET", "/v2/health/ready").status == 200
 
 
 @pytest.mark.parametrize("width", [4, 5000])  # inside the message, and through a shared-memory segment
 def test_answers_are_what_onnxruntime_computes_over_every_protocol(server: ServerProcess, width: int) -> None:
     rng = np.random.default_rng(width)
-    for _ in range(6):  # fresh connections: both frontends answer some
+    for _ in range(6):  # fresh connections: both proxies answer some
         x = rng.standard_normal((3, width)).astype(np.float32)
         wanted = relu(x)
         np.testing.assert_array_equal(http_relu(server, x, binary=False), wanted)
@@ -129,7 +129,7 @@ def test_answers_are_what_onnxruntime_computes_over_every_protocol(server: Serve
         np.testing.assert_array_equal(grpc_relu(server, x), wanted)
 
 
-def test_requests_through_both_frontends_form_whole_batches(server: ServerProcess) -> None:
+def test_requests_through_both_proxies_form_whole_batches(server: ServerProcess) -> None:
     def one(index: int) -> bool:
         x = np.full((1, 8), float(index), np.float32)
         if index % 2:
@@ -142,17 +142,17 @@ def test_requests_through_both_frontends_form_whole_batches(server: ServerProces
         finally:
             client.close()
 
-    before = {pid: cpu_ns(pid) for pid in frontend_pids(server)}
+    before = {pid: cpu_ns(pid) for pid in proxy_pids(server)}
     with ThreadPoolExecutor(16) as pool:
         assert all(pool.map(one, range(64)))
-    # Each frontend ran for at least a millisecond meanwhile: both took some of the 64 connections.
+    # Each proxy ran for at least a millisecond meanwhile: both took some of the 64 connections.
     assert all(cpu_ns(pid) - spent > 1_000_000 for pid, spent in before.items()), before
     stats = server.request("GET", "/v2/models/batched/stats").json()["model_stats"][0]
     assert stats["inference_count"] == 64
     assert stats["execution_count"] < 64 / 2, stats  # rows from many connections ran together
 
 
-def test_model_control_works_through_any_frontend(server: ServerProcess) -> None:
+def test_model_control_works_through_any_proxy(server: ServerProcess) -> None:
     x = np.ones((1, 4), np.float32)
     grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
@@ -169,7 +169,7 @@ def test_model_control_works_through_any_frontend(server: ServerProcess) -> None
 
 def test_shared_memory_registered_on_one_connection_serves_another(server: ServerProcess) -> None:
     x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
-    key = f"/conch-frontends-{os.getpid()}"
+    key = f"/conch-proxies-{os.getpid()}"
     region = shm.create_shared_memory_region("fe-region", key, 2 * x.nbytes)
     http_client = httpclient.InferenceServerClient(server.http_url)
     grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -223,7 +223,7 @@ def test_a_bad_request_gets_the_same_answer_as_in_one_process(server: ServerProc
     assert server.request("GET", "/v2/health/live").status == 200
 
 
-def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: ServerProcess) -> None:
+def test_a_body_over_the_limit_is_refused_by_the_proxy_and_counted(server: ServerProcess) -> None:
     before = requests_counted(server, "http", "413")
     head = f"POST /v2/models/relu/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {BODY_LIMIT + 1}\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
@@ -232,10 +232,10 @@ def test_a_body_over_the_limit_is_refused_by_the_frontend_and_counted(server: Se
         while chunk := sock.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413 ") and b"--http-max-body-bytes" in answer
-    # The frontend answered on its own; the model process counts the answer all the same.
+    # The proxy answered on its own; the model process counts the answer all the same.
     deadline = time.monotonic() + 5
     while requests_counted(server, "http", "413") < before + 1:
-        assert time.monotonic() < deadline, "the frontend's refusal was not counted"
+        assert time.monotonic() < deadline, "the proxy's refusal was not counted"
         time.sleep(0.05)
     assert http_relu(server, np.ones((1, 4), np.float32), binary=False).tolist() == [[1, 1, 1, 1]]
 
@@ -245,7 +245,7 @@ def test_refused_with_workers(repository: Path, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         refused.start(tmp_path, timeout=30)
     assert refused.process is not None and refused.process.returncode == 2
-    assert "--frontends replaces --workers; use one of them" in refused.log()
+    assert "--proxies replaces --workers; use one of them" in refused.log()
 
 
 def test_the_retired_grpc_relay_flag_is_ignored_with_a_warning(repository: Path, tmp_path: Path) -> None:
@@ -260,38 +260,38 @@ def test_the_retired_grpc_relay_flag_is_ignored_with_a_warning(repository: Path,
 
 
 def test_by_default_the_cores_choose_and_workers_still_start(repository: Path, tmp_path: Path) -> None:
-    """No --frontends: ``auto``, as many as this machine's usable cores allow (none under 8), said in
+    """No --proxies: ``auto``, as many as this machine's usable cores allow (none under 8), said in
     the log; beside --workers, where an explicit count is refused, auto quietly starts none."""
-    expected = auto_frontends(usable_cores())
+    expected = auto_proxies(usable_cores())
     default = ServerProcess(repository, []).start(tmp_path)
     try:
-        assert f"frontend processes: {expected} (auto:" in default.log()
+        assert f"proxy processes: {expected} (auto:" in default.log()
         assert http_relu(default, np.array([[-1, 2]], np.float32), binary=True).tolist() == [[0, 2]]
     finally:
         default.stop()
     plain = write_repository(tmp_path / "plain", {"relu": (variable_dims_model(), None)})  # no sequences
     workers = ServerProcess(plain, ["--workers", "2"]).start(tmp_path)
     try:
-        assert "frontend processes: 0 (auto: --workers serve the ports instead)" in workers.log()
+        assert "proxy processes: 0 (auto: --workers serve the ports instead)" in workers.log()
         assert http_relu(workers, np.array([[3, -3]], np.float32), binary=False).tolist() == [[3, 0]]
     finally:
         workers.stop()
 
 
-def test_by_default_eight_usable_cores_start_eight_frontends(repository: Path, tmp_path: Path) -> None:
+def test_by_default_eight_usable_cores_start_eight_proxies(repository: Path, tmp_path: Path) -> None:
     """The default on a larger machine, end to end. Only the core count is staged: a
-    ``sitecustomize`` makes the affinity mask say 8 cores; the server, its frontends and the
+    ``sitecustomize`` makes the affinity mask say 8 cores; the server, its proxies and the
     clients are real, and requests from fresh connections are answered through them."""
     (tmp_path / "sitecustomize.py").write_text(
         "import os\nos.sched_getaffinity = lambda pid: set(range(8))\n"
     )
     server = ServerProcess(repository, [], env={"PYTHONPATH": str(tmp_path)}).start(tmp_path)
     try:
-        assert "frontend processes: 8 (auto: 8 usable cores" in server.log()
-        frontends = processes_running(b"conch.runtime.frontend", str(server.http_port).encode())
-        assert len(frontends) == 8
+        assert "proxy processes: 8 (auto: 8 usable cores" in server.log()
+        proxies = processes_running(b"conch.runtime.proxy", str(server.http_port).encode())
+        assert len(proxies) == 8
         x = np.array([[-2, 5]], np.float32)
-        for _ in range(4):  # fresh connections, spread over the frontends by the kernel
+        for _ in range(4):  # fresh connections, spread over the proxies by the kernel
             assert http_relu(server, x, binary=False).tolist() == [[0, 5]]
             assert grpc_relu(server, x).tolist() == [[0, 5]]
     finally:
@@ -334,10 +334,10 @@ def test_a_taken_port_is_named(repository: Path) -> None:
     assert done.returncode == 1
     assert f"conch: cannot listen on 127.0.0.1:{port} (gRPC)" in done.stderr
     assert "--grpc-port N (or CONCH_GRPC_PORT=N)" in done.stderr
-    assert "went away" not in done.stderr  # one clear message, not one per frontend
+    assert "went away" not in done.stderr  # one clear message, not one per proxy
 
 
-def test_the_rate_limit_holds_across_frontends(repository: Path, tmp_path: Path) -> None:
+def test_the_rate_limit_holds_across_proxies(repository: Path, tmp_path: Path) -> None:
     limited = ServerProcess(repository, [*FRONTENDS, "--client-rate-limit", "0.1", "--client-burst", "3"])
     limited.start(tmp_path)
     try:
@@ -351,20 +351,20 @@ def test_the_rate_limit_holds_across_frontends(repository: Path, tmp_path: Path)
         assert limited.stop() == 0
 
 
-def test_a_frontend_that_dies_stops_the_server_with_an_error(repository: Path, tmp_path: Path) -> None:
+def test_a_proxy_that_dies_stops_the_server_with_an_error(repository: Path, tmp_path: Path) -> None:
     doomed = ServerProcess(repository, list(FRONTENDS))
     doomed.start(tmp_path)
-    pids = frontend_pids(doomed)
+    pids = proxy_pids(doomed)
     assert len(pids) == 2
     os.kill(pids[0], signal.SIGKILL)
     assert doomed.process is not None
     doomed.process.wait(30)
     assert doomed.process.returncode == 1
-    assert "a frontend process exited" in doomed.log()
+    assert "a proxy process exited" in doomed.log()
     deadline = time.monotonic() + 10
-    while frontend_pids(doomed) and time.monotonic() < deadline:
+    while proxy_pids(doomed) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert frontend_pids(doomed) == []
+    assert proxy_pids(doomed) == []
 
 
 def test_stopping_leaves_no_processes_and_no_shared_memory(repository: Path, tmp_path: Path) -> None:
@@ -372,9 +372,9 @@ def test_stopping_leaves_no_processes_and_no_shared_memory(repository: Path, tmp
     served.start(tmp_path)
     x = np.ones((2, 5000), np.float32)  # through segments, both ways
     np.testing.assert_array_equal(grpc_relu(served, x), x)
-    pids = [served.process.pid, *frontend_pids(served)]  # type: ignore[union-attr]
+    pids = [served.process.pid, *proxy_pids(served)]  # type: ignore[union-attr]
     assert served.stop() == 0
-    assert frontend_pids(served) == []
+    assert proxy_pids(served) == []
     prefixes = [f"conch-m{pids[0]}-", *(f"conch-f{pid}-" for pid in pids[1:])]
     assert [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(tuple(prefixes))] == []
 
@@ -384,10 +384,10 @@ FULL_BATCH = batched_config("full_batch", 8, 2_000_000)
 
 
 def test_the_model_process_polls_after_a_lone_request_only(tmp_path: Path) -> None:
-    """Behind frontends the model process empties between their messages even under load, so it polls
+    """Behind proxies the model process empties between their messages even under load, so it polls
     (``--busy-poll-us``) only after a request that was alone; polling shows as a core's worth of CPU."""
     repository = write_repository(tmp_path / "repo", {"full_batch": (variable_dims_model(), FULL_BATCH)})
-    polling = ServerProcess(repository, ["--frontends", "1", "--busy-poll-us", "1500000"])
+    polling = ServerProcess(repository, ["--proxies", "1", "--busy-poll-us", "1500000"])
     polling.start(tmp_path)
     assert polling.process is not None
     model_process = polling.process.pid
@@ -406,7 +406,7 @@ def test_the_model_process_polls_after_a_lone_request_only(tmp_path: Path) -> No
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(infer, range(8))) == [200] * 8
         after_busy = cpu_over_half_a_second()
-        time.sleep(1.5)  # any window (the frontend's own) has closed
+        time.sleep(1.5)  # any window (the proxy's own) has closed
         assert infer() == 200  # alone, it waits out the delay: 2 s
         after_lone = cpu_over_half_a_second()
     finally:
