@@ -30,7 +30,7 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 failed=0
 echo "== 1/3 tests"
-timeout 300 "$PYTHON" -m pytest -q tests/unit/test_pytorch_rules.py tests/unit/test_pytorch_backend.py \
+timeout 300 "$PYTHON" -m pytest -q tests/unit/backends/test_pytorch_rules.py tests/unit/backends/test_pytorch_backend.py \
   tests/integration/test_pytorch_serving.py || failed=$((failed + 1))
 echo "== 2/3 GPU checks"
 timeout 240 "$PYTHON" -m bench.pytorch_gpu_checks || failed=$((failed + 1))

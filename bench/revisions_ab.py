@@ -466,10 +466,14 @@ def conclusion(verdicts: Sequence[Verdict]) -> str:
         return "No point was measured on both revisions: nothing to judge."
     outside = [f"{v.point.name} ({v.place})" for v in verdicts if v.place != "inside"]
     every = "yes" if not outside else f"no; outside or not judged: {', '.join(outside)}"
+    band = (
+        f"the before revision's own spread {band_text(lowest.band)}"
+        if lowest.band is not None
+        else "no noise band (under 2 successful rounds of the before revision)"
+    )
     return (
-        f"**Worst point: {lowest.point.name}**, after/before {ratio_text(lowest.ratio)}, the before "
-        f"revision's own spread {band_text(lowest.band)}: {lowest.place}. "
-        f"**Every point inside its band: {every}.**"
+        f"**Worst point: {lowest.point.name}**, after/before {ratio_text(lowest.ratio)}, {band}: "
+        f"{lowest.place}. **Every point inside its band: {every}.**"
     )
 
 
@@ -640,7 +644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = started.strftime("%Y-%m-%d-%H%M%S") + "-revisions-ab"
     report_name = stem + (".quick.md" if args.quick else ".md")
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    machine = describe_machine()
+    # describe_machine's "conch: commit ..." is this checkout's, which runs the harness only.
+    machine = [line.replace("conch: ", "the harness's checkout: ", 1) for line in describe_machine()]
     rows = {(side, p.name): Row(side, side, p.protocol) for side in SIDES for p in args.points}
     with tempfile.TemporaryDirectory(prefix="conch-bench-revisions-") as scratch:
         folder = Path(scratch)

@@ -1,7 +1,7 @@
 """An atheris (libFuzzer) harness for the readers of what an HTTP client sends: the V2 infer body
 with the binary extension, ``Inference-Header-Content-Length``, a ``Content-Encoding`` body, the JSON
 depth walk and the load API's config override. Coverage-guided, unlike the hypothesis tests in
-``tests/unit/test_fuzz_*.py``, which run bounded in CI; this one runs by hand, as long as wanted.
+``tests/unit/*/test_fuzz_*.py``, which run bounded in CI; this one runs by hand, as long as wanted.
 
 atheris is not a conch dependency: install it into a throwaway virtual environment and put that on
 the path of the project's interpreter (see ``bench/fuzz/README.md``)::

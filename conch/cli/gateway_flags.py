@@ -1,6 +1,6 @@
 """``conch serve``'s gateway flags: auth, Triton's restricted APIs, client rate limits, the in-flight cap.
 
-Nothing imported here may import gRPC or tritonclient (tests/unit/test_serve_arguments_import.py),
+Nothing imported here may import gRPC or tritonclient (tests/unit/cli/test_serve_arguments_import.py),
 nor PyJWT: parsing the command line stays light, and the gateway loads only when a flag turns it on.
 """
 

@@ -2,7 +2,7 @@
 
 Each has a default that serves every example and benchmark in this repository (see docs/security.md
 for what each one stops). Nothing imported here may import gRPC or tritonclient
-(tests/unit/test_serve_arguments_import.py).
+(tests/unit/cli/test_serve_arguments_import.py).
 """
 
 from __future__ import annotations

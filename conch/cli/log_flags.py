@@ -1,6 +1,6 @@
 """``conch serve``'s request logging flags: a record per inference, the audit sample, the access log.
 
-Nothing imported here may import gRPC or tritonclient (tests/unit/test_serve_arguments_import.py).
+Nothing imported here may import gRPC or tritonclient (tests/unit/cli/test_serve_arguments_import.py).
 See docs/observability.md for what each writes.
 """
 

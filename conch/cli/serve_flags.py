@@ -1,6 +1,6 @@
 """The flags of ``conch serve`` beyond the ports and logs: resilience, model control, backends.
 
-Nothing imported here may import gRPC or tritonclient (tests/unit/test_serve_arguments_import.py):
+Nothing imported here may import gRPC or tritonclient (tests/unit/cli/test_serve_arguments_import.py):
 conch sets gRPC's listener experiment before gRPC loads, and parsing the command line comes first.
 """
 

@@ -1,6 +1,6 @@
 """``conch serve``'s TLS flags: Triton's five for gRPC, and the same five for HTTP (docs/security.md).
 
-Nothing imported here may import gRPC or tritonclient (tests/unit/test_serve_arguments_import.py).
+Nothing imported here may import gRPC or tritonclient (tests/unit/cli/test_serve_arguments_import.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The standard ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME`` and ``OTEL_TRACES_SAMPLER(_ARG)``
 variables work as in any OpenTelemetry SDK; these flags are the same settings where flags are the
 habit, and win over the variables. Nothing imported here loads the SDK (nor gRPC: see
-tests/unit/test_serve_arguments_import.py).
+tests/unit/cli/test_serve_arguments_import.py).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ class ReleaseSpec:
 
 #: What an error message shows of a value: a release.yaml's anchors and aliases can nest a list of 10
 #: items 9 deep in a few hundred bytes, whose full repr is gigabytes (found by
-#: tests/unit/test_fuzz_release.py); the start of it says what was wrong.
+#: tests/unit/release/test_fuzz_release.py); the start of it says what was wrong.
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 60, 60
 _shown = _SHOWN.repr

@@ -30,7 +30,7 @@ WARMUP_FOLDER = "warmup"
 #: Elements one warm-up input may have, its batch included (64 MiB of FP32). A sample only has to
 #: reach the model's code paths; a config's dims and batch_size are numbers up to 2**63, and
 #: generating them whole failed a load with MemoryError or held it for minutes (found by
-#: tests/unit/test_fuzz_config.py).
+#: tests/unit/repository/test_fuzz_config.py).
 MAX_WARMUP_ELEMENTS = 1 << 24
 
 

@@ -2,7 +2,7 @@
 
 No event loop and no clock here: every method that needs the time takes ``now`` in nanoseconds, so
 slot assignment, the backlog, idle release and the ``direct`` strategy's batches are tested with a
-fake clock (``tests/unit/test_sequence_rules.py``); :mod:`conch.scheduling.sequence_batcher` drives
+fake clock (``tests/unit/scheduling/test_sequence_rules.py``); :mod:`conch.scheduling.sequence_batcher` drives
 them.
 
 Rules, from Triton's sequence batcher:

@@ -1,7 +1,7 @@
 """``conch package --sign`` and ``conch install --verify / --max-*`` as a user runs them.
 
 Keys are made with openssl, as docs/packaging.md tells users to; every refusal exits 1 and leaves the
-repository as it was. The library's cases in detail are in tests/unit/test_package_hardening.py.
+repository as it was. The library's cases in detail are in tests/unit/packaging/test_package_hardening.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Bounded for CI: ``CONCH_FUZZ_EXAMPLES`` examples per test (default 60), which keeps all the fuzz
 modules together to a few seconds. A longer run by hand::
 
-    CONCH_FUZZ_EXAMPLES=20000 .venv/bin/pytest -q tests/unit/test_fuzz_*.py
+    CONCH_FUZZ_EXAMPLES=20000 .venv/bin/pytest -q tests/unit/*/test_fuzz_*.py
 
 The deadline is generous (the machine is shared): it is there to catch a hang or a blow-up, not to
 time the code.

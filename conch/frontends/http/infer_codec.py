@@ -71,8 +71,8 @@ def decode_request(
 def header_length(value: bytes) -> int:
     """``Inference-Header-Content-Length``: decimal digits, nothing else.
 
-    ``int()`` alone would also read `` +5`` and ``1_000`` (found by tests/unit/test_fuzz_http_decoders.py):
-    lengths no client writes, and other servers refuse.
+    ``int()`` alone would also read `` +5`` and ``1_000`` (found by
+    tests/unit/frontends/test_fuzz_http_decoders.py): lengths no client writes, and other servers refuse.
     """
     text = bytes(value).strip()
     if text.startswith(b"-") and text[1:].isdigit():

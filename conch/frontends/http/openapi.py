@@ -1,7 +1,7 @@
 """``GET /v2/openapi.yaml``: the HTTP API's OpenAPI document, shipped beside this module.
 
 The document is written by hand from the routes in :mod:`conch.frontends.http.app` (there is no
-framework to generate it from), validated by tests/unit/test_openapi.py and checked against a live
+framework to generate it from), validated by tests/unit/frontends/test_openapi.py and checked against a live
 server with schemathesis by tests/integration/test_openapi.py. It is read from the installed package
 once, on first request.
 """

@@ -3,7 +3,7 @@
 Why apart from the scheduler: these are rules, not machinery. Whether every ensemble output is
 written, every step input has a source and the steps form no cycle can be decided from the config,
 before any step model is loaded, so they are pure functions tested on configs
-(``tests/unit/test_ensemble_config.py``). What needs the step models' own configs (their tensors,
+(``tests/unit/scheduling/test_ensemble_config.py``). What needs the step models' own configs (their tensors,
 datatypes, ``max_batch_size``) is in :mod:`conch.scheduling.ensemble.step_checks`.
 
 An *ensemble tensor* is a name on the ensemble's side of a step's maps: an ensemble input, an ensemble

@@ -65,7 +65,7 @@ def test_the_hash_of_one_tensor_is_the_hash_of_a_request_of_it_alone() -> None:
 
 
 def test_the_snippet_in_the_docs_computes_the_servers_hash() -> None:
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "observability.md").read_text()
     section = guide.split("### The input hash", 1)[1]
     snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}

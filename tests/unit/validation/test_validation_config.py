@@ -17,7 +17,7 @@ from tests.fixtures.validation_models import (
     problems,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 IDENTITY_CONFIG = """
 name: "{name}"
 max_batch_size: 4

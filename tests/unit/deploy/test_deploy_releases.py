@@ -14,7 +14,7 @@ import yaml
 from conch.cli.main import main
 from conch.deploy.releases import DIGEST_ANNOTATION
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 RELEASE = "candidate: 2\nbaseline: 1\nsteps:\n  - {weight: 10, duration: 10m}\n  - {weight: 100}\n"
 
 

@@ -116,7 +116,7 @@ def test_a_model_without_a_converter_is_refused_with_what_to_install(tmp_path: P
         export(model, features, repository=tmp_path, name="odd")
 
     message = str(refused.value)
-    assert "no converter for tests.unit.test_export_boosted_trees.Unconvertible" in message
+    assert "no converter for tests.unit.exporting.test_export_boosted_trees.Unconvertible" in message
     assert "pip install 'conch[boosting]'" in message
     assert "Unable to find a shape calculator" not in message
     assert list(tmp_path.iterdir()) == []

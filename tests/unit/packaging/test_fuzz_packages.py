@@ -29,7 +29,7 @@ from conch.packaging.semver import parse_semver
 from tests.fixtures.model_folders import write_model_folder
 from tests.fixtures.onnx_models import identity_model
 from tests.unit.fuzzing import FUZZ, JSON, decodes_or_refuses
-from tests.unit.test_install import Member, member, read_members, tree
+from tests.unit.packaging.test_install import Member, member, read_members, tree
 
 
 @pytest.fixture(scope="module")

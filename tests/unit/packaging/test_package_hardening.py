@@ -29,7 +29,16 @@ from conch.packaging.semver import parse_semver
 from conch.packaging.signing import key_id, load_signing_key, load_verify_key
 from tests.fixtures.model_folders import write_model_folder
 from tests.fixtures.onnx_models import identity_model
-from tests.unit.test_install import MODEL, Member, data_of, member, rebuild, refused, replace_data, tree
+from tests.unit.packaging.test_install import (
+    MODEL,
+    Member,
+    data_of,
+    member,
+    rebuild,
+    refused,
+    replace_data,
+    tree,
+)
 
 METADATA = "digits-mlp/1/metadata.json"
 SIGNATURE = "digits-mlp/signature.json"

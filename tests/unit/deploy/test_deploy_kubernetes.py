@@ -15,7 +15,7 @@ from conch.cli.main import build_parser, main
 from conch.deploy.quantities import QuantityError, parse_quantity, scaled_memory
 from conch.http_server.peers import TrustedProxies
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 CORE_FILES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml")
 
 
@@ -298,7 +298,7 @@ def test_quantities() -> None:
 def test_every_setting_has_a_row_in_the_deploy_guide() -> None:
     from conch.deploy.settings import KUBERNETES_SETTINGS
 
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "deploy.md").read_text()
     missing = [s.flag for s in KUBERNETES_SETTINGS if f"| `{s.flag}` |" not in guide]
     assert not missing, f"docs/deploy.md's reference has no row for {missing}"
 

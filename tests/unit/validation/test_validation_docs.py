@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SOURCES = [
     *sorted((ROOT / "conch" / "validation").glob("*.py")),
     ROOT / "conch/repository/config_validation.py",

@@ -26,7 +26,7 @@ from tests.fixtures.monitoring_queries import (
     variable_selectors,
 )
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "docs" / "runbooks.md"
+RUNBOOKS = Path(__file__).resolve().parents[3] / "docs" / "runbooks.md"
 PANELS = {
     "Latency P50 / P90 / P99",
     "Latency heatmap",

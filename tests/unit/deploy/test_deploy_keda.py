@@ -16,7 +16,7 @@ import yaml
 
 from conch.cli.main import main
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 STREAMS = """\
 broker: rediss://scorer@redis.streams:6380/2
 password_env: REDIS_PASSWORD
