@@ -42,6 +42,7 @@ def setting(
     described = f"{help} ({variable}, default {default or 'none'})".lstrip()
     value = os.environ.get(variable, default)
     if renamed_from is not None:
+        described += f"; formerly {renamed_from} ({variable_of(renamed_from)}), read until the next release"
         value = os.environ.get(variable, os.environ.get(variable_of(renamed_from), default))
         RENAMED_FLAGS[renamed_from] = flag
     parser.add_argument(flag, type=parse, default=value, help=described)

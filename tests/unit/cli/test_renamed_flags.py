@@ -19,7 +19,8 @@ def test_the_old_flag_sets_the_new_one_and_is_warned_about(capsys: pytest.Captur
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--help"])
     shown = capsys.readouterr().out
-    assert "--proxies" in shown and "--frontends" not in shown
+    assert "\n  --proxies" in shown and "\n  --frontends" not in shown  # no entry of its own
+    assert "formerly --frontends (CONCH_FRONTENDS)" in " ".join(shown.split())
 
 
 def test_the_new_flag_wins_and_says_nothing() -> None:
