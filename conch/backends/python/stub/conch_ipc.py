@@ -40,8 +40,7 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 GROWTH_BYTES = 1 << 20
 #: Free segments a pool keeps for reuse; more than this are removed.
 KEPT_FREE = 4
-#: Every message between conch's processes (the stub, proxy processes, replicas) travels as this
-#: header, the payload's length, and then the payload pickled.
+#: Every message between conch's processes: this header (the payload's length), then the pickle.
 FRAME_HEADER = _LENGTH = struct.Struct("<I")
 _ALIGN = 64
 
