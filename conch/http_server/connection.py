@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import httptools
 
@@ -34,9 +34,7 @@ from conch.http_server.request_heads import (
     parser_complaint,
     peer_address,
 )
-
-if TYPE_CHECKING:
-    from conch.http_server.server import HttpServer
+from conch.http_server.sides import ServerSide
 
 log = logging.getLogger("conch.http_server")
 
@@ -59,7 +57,7 @@ IDLE, HEAD, BODY = 0, 1, 2
 class HttpConnection(asyncio.Protocol):
     """The protocol of one HTTP/1.1 connection."""
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: ServerSide) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
         self.limits = server.limits
@@ -206,7 +204,7 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(400, problem)
             return
         client = self.client
-        proxies = self.server.proxies
+        proxies = self.server.trusted_proxies
         if proxies and client is not None:
             named = proxies.client_of(client[0], self._headers)
             self.server.rename(self, named)

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conch.http_server.heads import CHUNKED_END, CONTINUE, chunk, refusal, response_head
-
-if TYPE_CHECKING:
-    from conch.http_server.connection import HttpConnection
+from conch.http_server.sides import ConnectionSide
 
 log = logging.getLogger("conch.http_server")
 
@@ -48,7 +46,7 @@ class Exchange:
     )
 
     def __init__(
-        self, connection: HttpConnection, scope: dict[str, Any], keep_alive: bool, expect_continue: bool
+        self, connection: ConnectionSide, scope: dict[str, Any], keep_alive: bool, expect_continue: bool
     ) -> None:
         self.connection = connection
         self.scope = scope

@@ -45,7 +45,7 @@ class HttpServer:
         self.tls = tls or TlsFiles()
         self.limits = limits or HttpLimits()
         #: ``--http-trusted-proxies``: whose client header names the client.
-        self.proxies = TrustedProxies(self.limits.trusted_proxies, self.limits.client_ip_header)
+        self.trusted_proxies = TrustedProxies(self.limits.trusted_proxies, self.limits.client_ip_header)
         #: One record per answer on :data:`ACCESS_LOGGER` (off by default: a record per request,
         #: health probes and scrapes included, costs the event loop a formatted line each).
         self.access_log = access_log
