@@ -15,4 +15,4 @@ python3 -m venv "$prefix"
 # path imports.
 "$prefix/bin/pip" check
 "$prefix/bin/conch" --version
-"$prefix/bin/python" -c "import conch.serving, onnxruntime, grpc"
+"$prefix/bin/python" -c "import conch.runtime.model_process, conch.cli.main, onnxruntime, grpc"

@@ -58,3 +58,13 @@ def test_dockerignore_lets_in_what_the_dockerfile_copies() -> None:
     copied = {m for m in re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.M)}
     sources = {source.rstrip("/") for line in copied for source in line.split() if "$" not in source}
     assert sources <= allowed, sources - allowed
+
+
+def test_the_modules_the_install_check_imports_exist() -> None:
+    script = (ROOT / "docker" / "install-conch.sh").read_text()
+    imports = re.search(r'-c "import ([^"]+)"', script)
+    assert imports, "install-conch.sh no longer checks that the serving path imports"
+    import importlib.util
+
+    missing = [name for name in (n.strip() for n in imports[1].split(",")) if importlib.util.find_spec(name) is None]
+    assert not missing, f"install-conch.sh imports modules that do not exist: {missing}"

@@ -5,6 +5,7 @@ read again, with real RS256 tokens and a real JWKS file."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -50,10 +51,11 @@ def test_a_valid_token_is_verified_once_and_then_read_from_the_cache(verifier: T
 
 
 def test_a_cached_token_past_its_exp_is_verified_again_and_refused(verifier: TokenVerifier) -> None:
-    token = signed(time.time() - LEEWAY_SECS + 2)  # inside the leeway for two more seconds
+    expires = math.ceil(time.time()) + 1  # a whole second (exp is whole seconds), one to two seconds ahead
+    token = signed(expires - LEEWAY_SECS)  # inside the leeway until then
     assert verifier.verify(token)["sub"] == "alice"
     assert verifier.verify(token)["sub"] == "alice"
-    time.sleep(3)
+    time.sleep(max(0.0, expires - time.time()) + 0.05)
     with pytest.raises(UnauthenticatedError, match="expired"):
         verifier.verify(token)
 

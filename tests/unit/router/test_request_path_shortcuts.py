@@ -129,7 +129,8 @@ class Doubling:
 
 def batched_answers(outputs: tuple[str, ...], asked: list[list[str]], ordered: bool) -> list[object]:
     async def main() -> list[object]:
-        settings = BatchingSettings(max_batch_size=8, max_queue_delay_ns=10**9, preserve_ordering=ordered)
+        # The three requests fill the batch (1 + 2 + 3 rows), so it goes at once, as one batch.
+        settings = BatchingSettings(max_batch_size=6, max_queue_delay_ns=10**9, preserve_ordering=ordered)
         batcher = DynamicBatcher(settings, InstancePool([Doubling(outputs)], "m"), ModelStatistics("m", "1"))
         requests = [
             ScheduledRequest({"INPUT0": np.full((i + 1, 2), i, np.float32)}, names, i + 1)
