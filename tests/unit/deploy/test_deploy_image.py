@@ -4,6 +4,7 @@ script .ci/run runs into a fresh venv (about 2 minutes, too long for pytest)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -64,7 +65,6 @@ def test_the_modules_the_install_check_imports_exist() -> None:
     script = (ROOT / "docker" / "install-conch.sh").read_text()
     imports = re.search(r'-c "import ([^"]+)"', script)
     assert imports, "install-conch.sh no longer checks that the serving path imports"
-    import importlib.util
-
-    missing = [name for name in (n.strip() for n in imports[1].split(",")) if importlib.util.find_spec(name) is None]
+    names = [name.strip() for name in imports[1].split(",")]
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
     assert not missing, f"install-conch.sh imports modules that do not exist: {missing}"
