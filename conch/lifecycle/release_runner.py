@@ -21,6 +21,7 @@ from conch.release.declarations import reconcile_files, resume_saved
 from conch.release.store import ReleaseStore
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import REJECTED, Verdict
+from conch.scheduling.shared_turns import share_turns
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +160,13 @@ async def _written(releases: ReleaseController, store: VerdictStore, root: Path,
 
 
 async def check_releases(releases: ReleaseController) -> None:
-    """Judge every release every ``RELEASE_CHECK_SECS``; a failed round never ends the checks."""
+    """Judge every release every ``RELEASE_CHECK_SECS``; a failed round never ends the checks. After
+    each round, the versions of a model whose release is active take turns on the cores
+    (:mod:`conch.scheduling.shared_turns`)."""
     while True:
         await asyncio.sleep(RELEASE_CHECK_SECS)
         try:
             await releases.check_off_loop()
         except Exception:
             log.exception("checking the releases failed")
+        share_turns({model for model, held in releases.releases.items() if held.release.state.active})

@@ -36,6 +36,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
 from conch.scheduling.instance_pool import INLINE_ALONE_BELOW_NS, InstancePool, ModelInstance
 from conch.scheduling.scheduler import Outcome, RequestListInstance, ScheduledRequest
+from conch.scheduling.shared_turns import turns_of
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class DynamicBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._in_line: set[asyncio.Task[Any] | None] = set()  # waiting for a turn (shared_turns)
         self._finished: dict[int, tuple[PendingRequest, Outcome]] = {}
         self._next_release = 0
         self._outstanding = 0  # requests between schedule() and their answer, for BatchQueue.add
@@ -117,6 +119,9 @@ class DynamicBatcher:
             self._loop_task.cancel()
         if self._timer is not None:
             self._timer.cancel()
+        for waiting in self._in_line:  # batches still in a release's line for a turn
+            if waiting is not None:
+                waiting.cancel()
         for pending in self._queue.drain():
             self._finish(pending, UnavailableError("the model is unloading"))
         self._pool.close()
@@ -204,6 +209,26 @@ class DynamicBatcher:
             self._wakeup.set_result(None)
 
     async def _execute(self, instance: Any, batch: list[PendingRequest]) -> None:
+        turns = turns_of(self._pool.model)
+        if turns is not None:
+            waiting = asyncio.current_task()
+            self._in_line.add(waiting)
+            try:
+                await turns.take(self._pool.count)
+            except asyncio.CancelledError:
+                self._pool.release(instance)
+                for pending in batch:
+                    self._finish(pending, UnavailableError("the model is unloading"))
+                raise
+            finally:
+                self._in_line.discard(waiting)
+        try:
+            await self._execute_turn(instance, batch)
+        finally:
+            if turns is not None:
+                turns.give()
+
+    async def _execute_turn(self, instance: Any, batch: list[PendingRequest]) -> None:
         dispatched = self._clock()
         for pending in batch:
             pending.request.queue_ns = dispatched - pending.enqueued_ns

@@ -19,6 +19,7 @@ from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.observability.tracing import RequestTrace
 from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.shared_turns import turns_of
 
 
 class RequestsInFlight:
@@ -104,6 +105,13 @@ class DirectScheduler:
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         waited_from = time.perf_counter_ns()
         instance = await self._pool.acquire()
+        turns = turns_of(self._pool.model)
+        if turns is not None:
+            try:
+                await turns.take(self._pool.count)
+            except BaseException:
+                self._pool.release(instance)
+                raise
         dispatched = time.perf_counter_ns()
         request.queue_ns = dispatched - waited_from
         execution = None if tracing.tracer is None else tracing.start_execution([request], dispatched)
@@ -116,6 +124,8 @@ class DirectScheduler:
                 )
         finally:
             self._pool.release(instance)
+            if turns is not None:
+                turns.give()
             if execution is not None:
                 execution.end()
         self._statistics.record_execution(request.rows, 1, timing)

@@ -1,0 +1,79 @@
+"""Turns shared by the versions of one model while a release runs: their executions wait in one
+first-come line, at most as many at once as the larger version has instances.
+
+Why: each version has its own batcher and instances, so during a release two copies of the model
+compute side by side where the baseline alone computed one batch at a time. On two cores they then
+fight for the cores, and unevenly: one version's batch runs on the event loop while the other's runs
+on its worker thread, so one waits for the other's executions and the other does not. A candidate of
+the very same graph answered clients 1.87x slower at P95 in one release (and 0.76x in the next) on a
+saturated server, and the gate rightly read that as a regression. Taking turns makes the two
+versions' answers come from the same line, so a latency difference the gate sees is the candidate's
+own, and the server does no more work at once than it did before the release.
+
+The lifecycle says which models take turns (:func:`share_turns`); a model with no release in progress
+runs as before, each version on its own instances only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class ModelTurns:
+    """A first-come line of executions, ``limit`` at a time (the most instances of any version that
+    took a turn, so a release never runs fewer at once than its baseline did alone)."""
+
+    def __init__(self) -> None:
+        self.limit = 1
+        self.running = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def take(self, instances: int) -> None:
+        """Wait for a turn; ``instances`` is the caller's version's instance count."""
+        if instances > self.limit:
+            self.limit = instances
+            self._pass_on()
+        if self.running < self.limit and not self._waiting:
+            self.running += 1
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give()  # the turn came as the caller was cancelled: pass it on
+            else:
+                self._waiting.remove(turn)
+            raise
+
+    def give(self) -> None:
+        """An execution ended: the next in line runs."""
+        self.running -= 1
+        self._pass_on()
+
+    def _pass_on(self) -> None:
+        while self._waiting and self.running < self.limit:
+            self.running += 1
+            self._waiting.popleft().set_result(None)
+
+
+_shared: dict[str, ModelTurns] = {}
+
+
+def share_turns(models: set[str]) -> None:
+    """From now on the versions of exactly ``models`` take turns; others run each on its own. A model
+    that stops taking turns lets the executions already in its line go on as they come."""
+    for model in list(_shared):
+        if model not in models:
+            turns = _shared.pop(model)
+            turns.limit = 1 << 30
+            turns._pass_on()
+    for model in models:
+        _shared.setdefault(model, ModelTurns())
+
+
+def turns_of(model: str) -> ModelTurns | None:
+    """The line ``model``'s executions wait in, or None while its versions run each on its own."""
+    return _shared.get(model)

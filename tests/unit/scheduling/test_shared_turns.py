@@ -1,0 +1,177 @@
+"""Turns shared by a model's versions during a release: real batchers and direct schedulers over real
+instance pools whose executions run on worker threads; two versions of a model in a release never
+compute at once beyond the larger one's instance count, take turns first come first served, and run
+side by side again once the release ends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from conch.core.errors import UnavailableError
+from conch.core.types import ExecutionTiming
+from conch.observability.statistics import ModelStatistics
+from conch.scheduling.batch_queue import BatchingSettings
+from conch.scheduling.dynamic_batcher import DynamicBatcher
+from conch.scheduling.instance_pool import InstancePool
+from conch.scheduling.scheduler import DirectScheduler, ScheduledRequest
+from conch.scheduling.shared_turns import ModelTurns, share_turns, turns_of
+
+
+class Overlaps:
+    """How many executions of any version run at once, at most, and in what order they started."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.started: list[str] = []
+
+
+class Slow:
+    """An instance of version ``tag`` whose executions take 20 ms on its worker thread."""
+
+    def __init__(self, tag: str, overlaps: Overlaps) -> None:
+        self.tag = tag
+        self.overlaps = overlaps
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        with self.overlaps.lock:
+            self.overlaps.now += 1
+            self.overlaps.most = max(self.overlaps.most, self.overlaps.now)
+            self.overlaps.started.append(self.tag)
+        time.sleep(0.02)
+        timing.compute_infer_ns = 20_000_000  # measured as long: never run on the event loop
+        with self.overlaps.lock:
+            self.overlaps.now -= 1
+        return {"OUTPUT0": inputs["INPUT0"] + 1}
+
+
+def request() -> ScheduledRequest:
+    return ScheduledRequest({"INPUT0": np.zeros((1, 1), np.float32)}, ["OUTPUT0"], 1)
+
+
+def batcher(tag: str, overlaps: Overlaps, instances: int = 1) -> DynamicBatcher:
+    pool = InstancePool([Slow(tag, overlaps) for _ in range(instances)], f"m-{tag}", "m")
+    return DynamicBatcher(BatchingSettings(max_batch_size=1), pool, ModelStatistics("m", tag))
+
+
+@pytest.fixture(autouse=True)
+def no_release() -> Iterator[None]:
+    share_turns(set())
+    yield
+    share_turns(set())
+
+
+async def answer_all(*schedulers: DynamicBatcher | DirectScheduler, each: int = 6) -> None:
+    try:
+        await asyncio.gather(*(s.schedule(request()) for s in schedulers for _ in range(each)))
+    finally:
+        for scheduler in schedulers:
+            scheduler.close()
+
+
+def test_without_a_release_two_versions_compute_side_by_side() -> None:
+    overlaps = Overlaps()
+    asyncio.run(answer_all(batcher("1", overlaps), batcher("2", overlaps)))
+    assert overlaps.most == 2
+
+
+def test_in_a_release_the_versions_take_turns_one_execution_at_a_time() -> None:
+    share_turns({"m"})
+    overlaps = Overlaps()
+    asyncio.run(answer_all(batcher("1", overlaps), batcher("2", overlaps)))
+    assert overlaps.most == 1
+    assert sorted(overlaps.started) == ["1"] * 6 + ["2"] * 6
+    # First come, first served: neither version's executions all run before the other's.
+    assert overlaps.started[:6] != ["1"] * 6 and overlaps.started[:6] != ["2"] * 6
+
+
+def test_the_line_runs_as_many_at_once_as_the_larger_version_has_instances() -> None:
+    share_turns({"m"})
+    overlaps = Overlaps()
+    asyncio.run(answer_all(batcher("1", overlaps, instances=2), batcher("2", overlaps)))
+    assert overlaps.most == 2
+
+
+def test_direct_schedulers_take_turns_too() -> None:
+    share_turns({"m"})
+    overlaps = Overlaps()
+    direct = [
+        DirectScheduler(InstancePool([Slow(tag, overlaps)], f"m-{tag}", "m"), ModelStatistics("m", tag))
+        for tag in ("1", "2")
+    ]
+    asyncio.run(answer_all(*direct, each=3))
+    assert overlaps.most == 1 and len(overlaps.started) == 6
+
+
+def test_other_models_never_wait_in_a_release_s_line() -> None:
+    share_turns({"m"})
+    overlaps = Overlaps()
+    other = DynamicBatcher(
+        BatchingSettings(max_batch_size=1),
+        InstancePool([Slow("other", overlaps)], "other-1", "other"),
+        ModelStatistics("other", "1"),
+    )
+    asyncio.run(answer_all(batcher("1", overlaps), other))
+    assert overlaps.most == 2
+
+
+def test_when_the_release_ends_those_waiting_in_line_go_on_at_once() -> None:
+    async def main() -> None:
+        share_turns({"m"})
+        turns = turns_of("m")
+        assert turns is not None
+        await turns.take(1)
+        waiting = asyncio.ensure_future(turns.take(1))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        share_turns(set())
+        await asyncio.wait_for(waiting, 1)
+        assert turns_of("m") is None
+
+    asyncio.run(main())
+
+
+def test_a_caller_cancelled_in_line_neither_keeps_nor_loses_a_turn() -> None:
+    async def main() -> None:
+        turns = ModelTurns()
+        await turns.take(1)
+        cancelled = asyncio.ensure_future(turns.take(1))
+        after = asyncio.ensure_future(turns.take(1))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        turns.give()
+        await asyncio.wait_for(after, 1)  # the turn went past the cancelled caller
+        assert turns.running == 1
+        turns.give()
+        assert turns.running == 0
+
+    asyncio.run(main())
+
+
+def test_a_batch_whose_batcher_closes_while_in_line_is_answered_503() -> None:
+    async def main() -> None:
+        share_turns({"m"})
+        overlaps = Overlaps()
+        turns = turns_of("m")
+        assert turns is not None
+        await turns.take(1)  # another version's execution holds the one turn
+        waiting = batcher("2", overlaps)
+        answer = asyncio.ensure_future(waiting.schedule(request()))
+        await asyncio.sleep(0.05)
+        waiting.close()
+        with pytest.raises(UnavailableError):
+            await asyncio.wait_for(answer, 1)
+        turns.give()
+        assert turns.running == 0 and overlaps.started == []
+
+    asyncio.run(main())
