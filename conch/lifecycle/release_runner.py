@@ -18,6 +18,7 @@ from conch.models.served_models import ServedModels
 from conch.observability.events import emit
 from conch.release.controller import ReleaseController
 from conch.release.declarations import reconcile_files, resume_saved
+from conch.release.state import ReleaseState
 from conch.release.store import ReleaseStore
 from conch.release.verdict_store import VERDICTS_FOLDER, VerdictStore, VerdictStoreError
 from conch.release.verdicts import REJECTED, Verdict
@@ -161,12 +162,23 @@ async def _written(releases: ReleaseController, store: VerdictStore, root: Path,
 
 async def check_releases(releases: ReleaseController) -> None:
     """Judge every release every ``RELEASE_CHECK_SECS``; a failed round never ends the checks. After
-    each round, the versions of a model whose release is active take turns on the cores
-    (:mod:`conch.scheduling.shared_turns`)."""
+    each round, the versions of a model take turns on the cores (:mod:`conch.scheduling.shared_turns`)
+    where both answer clients (:func:`both_answer_clients`)."""
     while True:
         await asyncio.sleep(RELEASE_CHECK_SECS)
         try:
             await releases.check_off_loop()
         except Exception:
             log.exception("checking the releases failed")
-        share_turns({model for model, held in releases.releases.items() if held.release.state.active})
+        share_turns({model for model in releases.releases if both_answer_clients(releases, model)})
+
+
+def both_answer_clients(releases: ReleaseController, model: str) -> bool:
+    """Whether ``model``'s release sends clients to both versions now: a step strictly between 0% and
+    100%, under way or paused. Only then do the versions take turns: in a dark launch (0%) the
+    candidate runs copies alone, and its executions must not hold the baseline's clients back."""
+    held = releases.releases.get(model)
+    split = releases.split(model)
+    if held is None or split is None:
+        return False
+    return held.release.state in (ReleaseState.PROGRESSING, ReleaseState.PAUSED) and 0 < split[2] < 100

@@ -18,7 +18,7 @@ from conch.deploy.monitoring import alerts, thresholds_from
 from conch.deploy.monitoring.files import RULES_FILE, write_monitoring
 
 PROMTOOL = shutil.which("promtool")
-PROMTOOL_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "promtool"
+PROMTOOL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "promtool"
 ALERT_TESTS = PROMTOOL_FIXTURES / "alerts_test.yaml"
 DATA_ALERT_TESTS = PROMTOOL_FIXTURES / "data_alerts_test.yaml"
 

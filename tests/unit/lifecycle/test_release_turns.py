@@ -24,15 +24,25 @@ def checked_a_while(controller: ReleaseController) -> None:
     asyncio.run(main())
 
 
-def test_a_release_under_way_shares_turns_and_an_ended_one_stops(tmp_path: Path) -> None:
+def test_a_release_sending_clients_to_both_shares_turns_and_an_ended_one_stops(tmp_path: Path) -> None:
     share_turns(set())
     controller = ReleaseController(FakeRepository(tmp_path, MODEL, True), None, clock=Clock())  # type: ignore[arg-type]
     checked_a_while(controller)
     assert turns_of(MODEL) is None
-    spec = {"candidate": 2, "baseline": 1, "steps": [{"weight": 10, "duration": "1m"}, {"weight": 100}]}
-    controller.start(MODEL, spec_from_dict(spec))
+    steps = [{"weight": 10, "duration": "1m"}, {"weight": 100}]
+    controller.start(MODEL, spec_from_dict({"candidate": 2, "baseline": 1, "steps": steps}))
     checked_a_while(controller)
     assert turns_of(MODEL) is not None
     controller.act(MODEL, "rollback", "a person rolled it back")
     checked_a_while(controller)
+    assert turns_of(MODEL) is None
+
+
+def test_a_dark_launch_leaves_the_baseline_s_clients_their_own_turns(tmp_path: Path) -> None:
+    share_turns(set())
+    controller = ReleaseController(FakeRepository(tmp_path, MODEL, True), None, clock=Clock())  # type: ignore[arg-type]
+    steps = [{"weight": 0, "duration": "1m", "shadow": True}, {"weight": 100}]
+    controller.start(MODEL, spec_from_dict({"candidate": 2, "baseline": 1, "steps": steps}))
+    checked_a_while(controller)
+    assert controller.releases[MODEL].release.state.value == "progressing"
     assert turns_of(MODEL) is None
