@@ -338,7 +338,7 @@ class ReleaseController(ReleaseTraffic):
         return held
 
     def _hold(self, model: str, release: Release, file_spec: dict[str, Any] | None) -> ModelRelease:
-        held = ModelRelease.of(release)
+        held = ModelRelease.of(release, self.clock)
         held.file_spec = file_spec
         held.digest = release_digest(model, spec_to_json(release.spec))
         self.releases[model] = held

@@ -70,6 +70,9 @@ class GateFigures:
     agreements: float = 0
     drift_scored: float = 0
     drifted: float = 0
+    #: Log of candidate P95 / baseline P95 in each closed time slice of the step
+    #: (:mod:`conch.release.time_slices`); None where the judge does not slice (Prometheus's).
+    slice_log_ratios: tuple[float, ...] | None = None
 
 
 #: The chance, over a whole release, that the gate rolls back a candidate that keeps every limit (or

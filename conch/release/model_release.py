@@ -8,7 +8,9 @@ Kept apart from :mod:`.controller`, which decides when to judge and what to do w
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,9 +65,9 @@ class ModelRelease:
     agreement: AgreementLimit | None = None
 
     @classmethod
-    def of(cls, release: Release) -> ModelRelease:
+    def of(cls, release: Release, clock: Callable[[], float] = time.monotonic) -> ModelRelease:
         gate = release.spec.gate
-        figures = StepFigures(gate.drift_threshold, WARMING_ANSWERS, settling=True)
+        figures = StepFigures(gate.drift_threshold, WARMING_ANSWERS, settling=True, clock=clock)
         return cls(release, figures, GateTracker(gate.failure_threshold))
 
 

@@ -163,6 +163,8 @@ class LatencyComparison:
     bound: float
     rank_excess: float = 0.0
     rank_bound: float = math.inf
+    #: Time slices the noise between moments came from; None where the judge does not slice.
+    slices: int | None = None
 
     @property
     def increase(self) -> float:
@@ -191,6 +193,8 @@ def compare_latency(
     alpha: float,
     max_increase: float = 0.0,
     seed: int = 0,
+    slice_noise: float | None = None,
+    slices: int | None = None,
 ) -> LatencyComparison | None:
     """Compare two versions' latencies from the same window (the same buckets): their P95s, and their
     ranks with the candidate's divided by ``1 + max_increase``.
@@ -198,7 +202,10 @@ def compare_latency(
     The noise comes from :data:`NOISE_SPLITS` random splits of the baseline's answers into two groups
     (a hypergeometric draw of the bucket counts): the spread of each statistic between the two
     groups, rescaled from the split's group sizes to the two versions' counts (the variance of both
-    falls as ``1 / n``). None when a version has no answer or the baseline too few to split.
+    falls as ``1 / n``). That treats every answer as independent; where the step was cut into
+    ``slices`` time slices whose P95 ratios spread more (``slice_noise``, the standard error of their
+    mean: :mod:`conch.release.time_slices`), both tests' noise is widened by that factor. None when a
+    version has no answer or the baseline too few to split.
     """
     if baseline.bounds != candidate.bounds:
         raise ValueError("the two histograms must have the same buckets")
@@ -223,9 +230,13 @@ def compare_latency(
     scale = (1 / n_cand + 1 / n_base) / (1 / part + 1 / (n_base - part))
     noise = math.sqrt(float(np.var(ratios)) * scale)
     rank_noise = math.sqrt(float(np.var(ranks)) * scale)
+    if slice_noise is not None and slice_noise > noise:
+        rank_noise *= slice_noise / noise if noise > 0 else 1.0
+        noise = slice_noise
     z = NormalDist().inv_cdf(1 - alpha / 2)
     excess = rank_statistic(at, base, at / (1 + max_increase), cand) - 0.5
-    return LatencyComparison(math.log(p95_cand / p95_base), noise, z * noise, excess, z * rank_noise)
+    log_ratio = math.log(p95_cand / p95_base)
+    return LatencyComparison(log_ratio, noise, z * noise, excess, z * rank_noise, slices)
 
 
 @dataclass

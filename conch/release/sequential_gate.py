@@ -34,6 +34,7 @@ from conch.release.sequential import (
     rate_bound,
     rate_verdict,
 )
+from conch.release.time_slices import MIN_SLICES, slice_noise
 
 _OUTCOME = {Verdict.WITHIN: Outcome.PASSED, Verdict.BEYOND: Outcome.FAILED, Verdict.UNSURE: Outcome.PENDING}
 
@@ -145,7 +146,10 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now:
         return Check("p95_increase", estimate, limit, Outcome.PENDING, detail=detail, settles=keeps)
     if look > looks.look:
         alpha = look_alpha(limits.alpha, look)
-        compared = compare_latency(base.latency, cand.latency, alpha, limit, seed=look)
+        sliced = figures.slice_log_ratios
+        noise_between = None if sliced is None else slice_noise(sliced)
+        slices = None if sliced is None else len(sliced)
+        compared = compare_latency(base.latency, cand.latency, alpha, limit, look, noise_between, slices)
         looks.look = look
         if compared is not None:
             looks.comparison, looks.verdict = compared, latency_verdict(compared, limit)
@@ -163,7 +167,10 @@ def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now:
     lower, upper = math.exp(found.log_ratio - found.bound) - 1, math.exp(found.log_ratio + found.bound) - 1
     outcome = _OUTCOME[looks.verdict]
     held = 0.0 if looks.slower_since is None else now - looks.slower_since
-    if outcome is Outcome.FAILED and (looks.beyond < looks.needed or held < looks.hold_s):
+    if outcome is Outcome.FAILED and found.slices is not None and found.slices < MIN_SLICES:
+        outcome = Outcome.PENDING
+        detail = f"slower at look {looks.look}, in {found.slices} of {MIN_SLICES} time slices so far"
+    elif outcome is Outcome.FAILED and (looks.beyond < looks.needed or held < looks.hold_s):
         outcome = Outcome.PENDING
         detail = (
             f"slower at look {looks.look} ({looks.beyond} of {looks.needed} in a row, for {held:.0f} of "

@@ -4,11 +4,14 @@ version, latencies, shadow comparisons; :meth:`StepFigures.snapshot` gives the
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conch.release.compare import Comparison
 from conch.release.gate import GateFigures, Role, VersionFigures
 from conch.release.latency_sketch import LatencySketch
+from conch.release.time_slices import TimeSlices
 
 
 @dataclass
@@ -43,12 +46,20 @@ class StepFigures:
     has its answer and never waits in the frontend, so a sample holding more copies differs from the
     same graph answering clients. Latencies are compared client answers against client answers
     whenever both versions answered clients in the step; copies count only where a version answers
-    none (a dark launch at weight 0, the baseline at 100%).
+    none (a dark launch at weight 0, the baseline at 100%). The same answers are also cut into time
+    slices (:mod:`conch.release.time_slices`) for the latency test's noise between moments.
     """
 
-    def __init__(self, drift_threshold: float, warming: int = 0, settling: bool = False) -> None:
+    def __init__(
+        self,
+        drift_threshold: float,
+        warming: int = 0,
+        settling: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.drift_threshold = drift_threshold
         self.warming = warming
+        self._clock = clock
         self._answered = dict.fromkeys(Role, 0)  # over the release: not reset with each step
         self.reset(settling)
 
@@ -57,6 +68,9 @@ class StepFigures:
         :attr:`timing` is set), answers are counted but not timed."""
         self.timing = not settling
         self._tallies = {role: _VersionTally() for role in Role}
+        #: The timed answers cut into time slices: client answers only, and with shadow copies.
+        self._slices = TimeSlices(self._clock)
+        self._slices_with_copies = TimeSlices(self._clock)
         self.compared = 0
         self.agreements = 0
         self.drift_scored = 0
@@ -71,6 +85,10 @@ class StepFigures:
             tally.server_errors += 1
         elif self.timing and self._answered[role] > self.warming:
             (tally.copies if copy else tally.answers).observe(seconds)
+            candidate = role is Role.CANDIDATE
+            self._slices_with_copies.observe(candidate, seconds)
+            if not copy:
+                self._slices.observe(candidate, seconds)
 
     def record_comparison(self, comparison: Comparison) -> None:
         """One request answered by both versions and compared."""
@@ -95,4 +113,5 @@ class StepFigures:
             agreements=self.agreements,
             drift_scored=self.drift_scored,
             drifted=self.drifted,
+            slice_log_ratios=tuple((self._slices_with_copies if copies else self._slices).log_ratios),
         )

@@ -201,7 +201,8 @@ def test_reset_forgets_the_previous_step() -> None:
     step.record_comparison(Comparison(agreed=False, drift=0.9))
     step.reset()
     figures = step.snapshot()
-    assert figures == GateFigures(baseline=VersionFigures(0, 0, None), candidate=VersionFigures(0, 0, None))
+    empty = VersionFigures(0, 0, None)
+    assert figures == GateFigures(baseline=empty, candidate=empty, slice_log_ratios=())
 
 
 def test_step_figures_feed_the_judgement() -> None:

@@ -25,6 +25,7 @@ from conch.release.sequential import (
 )
 from conch.release.sequential_gate import judge_sequentially
 from conch.release.step_figures import StepFigures
+from tests.fixtures.release_fakes import Clock
 
 LIMITS = GateLimits(200, 0.01, 0.20, 0.98, 0.01, alpha=0.05 / 8)
 
@@ -105,11 +106,17 @@ def test_latency_looks_come_at_each_doubling_and_spend_a_shrinking_share_of_alph
 
 
 def step_figures(agreement: float, compared: int, answers: int, slowdown: float = 1.0) -> GateFigures:
+    """``answers`` of each version over 30 simulated seconds, the two versions' answers interleaved."""
     rng = np.random.default_rng(11)
-    step = StepFigures(drift_threshold=0.3)
-    for role, factor in ((Role.BASELINE, 1.0), (Role.CANDIDATE, slowdown)):
-        for latency in rng.lognormal(np.log(1e-3), 0.3, answers):
-            step.record_answer(role, float(latency) * factor, server_error=False)
+    clock = Clock()
+    step = StepFigures(drift_threshold=0.3, clock=clock)
+    base = rng.lognormal(np.log(1e-3), 0.3, answers)
+    cand = rng.lognormal(np.log(1e-3), 0.3, answers) * slowdown
+    for second in np.array_split(np.arange(answers), 30):
+        for index in second:
+            step.record_answer(Role.BASELINE, float(base[index]), server_error=False)
+            step.record_answer(Role.CANDIDATE, float(cand[index]), server_error=False)
+        clock.now += 1.0
     for agreed in rng.random(compared) < agreement:
         step.record_comparison(Comparison(bool(agreed), 0.0 if agreed else 0.9))
     return step.snapshot()
