@@ -65,9 +65,6 @@ _shared: dict[str, ModelTurns] = {}
 def share_turns(models: set[str]) -> None:
     """From now on the versions of exactly ``models`` take turns; others run each on its own. A model
     that stops taking turns lets the executions already in its line go on as they come."""
-    import os
-    if os.environ.get("CONCH_NO_TURNS"):
-        models = set()
     for model in list(_shared):
         if model not in models:
             turns = _shared.pop(model)
