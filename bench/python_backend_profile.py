@@ -15,12 +15,8 @@ Writes ``bench/results/<timestamp>-python-backend-profile.md`` and prints it.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
-import subprocess
-import sys
 import tempfile
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +24,8 @@ from bench.loadgen import PerfTarget, perf_analyzer_point
 from bench.models import MODELS
 from bench.models import write_python_backend_repository as write_repository
 from bench.peers import serve_conch
+from bench.py_spy import count_samples, sampled
+from bench.report import publish
 
 RESULTS = Path("bench/results")
 RATE = 200  # py-spy samples a second of each busy thread
@@ -44,51 +42,18 @@ AREAS = (
 )
 
 
-def area_of(stack: list[str]) -> str:
-    for frame in reversed(stack):
-        for area, marks in AREAS:
-            if any(mark in frame for mark in marks):
-                return area
-    return "other"
-
-
-def samples(raw: str) -> tuple[collections.Counter[str], collections.Counter[str], int]:
-    """Samples by area and by innermost function, from py-spy's raw output."""
-    areas: collections.Counter[str] = collections.Counter()
-    functions: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack_text, _, count_text = line.rpartition(" ")
-        if not stack_text or not count_text.isdigit():
-            continue
-        stack = stack_text.split(";")
-        total += int(count_text)
-        areas[area_of(stack)] += int(count_text)
-        functions[stack[-1]] += int(count_text)
-    return areas, functions, total
-
-
 def profile_point(server_pid: int, target: PerfTarget, concurrency: int, seconds: float, work: Path) -> dict:
     """perf_analyzer at ``concurrency`` while py-spy samples the server's process tree."""
     perf_analyzer_point(target, concurrency, 3.0, work)  # warm the model and the connections
-    raw_path = work / f"{target.model}-{target.protocol}.txt"
-    spy = subprocess.Popen(
-        [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", str(RATE),
-         "--nonblocking", "--subprocesses", "--pid", str(server_pid), "--output", str(raw_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     results = []
-    load = threading.Thread(
-        target=lambda: results.append(perf_analyzer_point(target, concurrency, seconds, work))
+    raw = sampled(
+        server_pid,
+        work / f"{target.model}-{target.protocol}.txt",
+        RATE,
+        lambda: results.append(perf_analyzer_point(target, concurrency, seconds, work)),
+        children=True,
     )
-    load.start()
-    load.join()
-    spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
-    _, errors = spy.communicate(timeout=60)
-    raw = raw_path.read_text() if raw_path.exists() else ""
-    if not raw:
-        raise RuntimeError(f"py-spy wrote no samples: {errors.strip()[-500:]}")
-    areas, functions, total = samples(raw)
+    areas, functions, total = count_samples(raw, AREAS)
     return {"load": results[0], "areas": areas, "functions": functions, "total": total, "seconds": seconds}
 
 
@@ -156,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                         server.process.pid, target, args.concurrency, args.seconds, work
                     )
     text = render(points, args, args.top)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-python-backend-profile.md"
-    path.write_text(text)
-    print(text)
-    print(f"written to {path}")
+    publish(text, "python-backend-profile", RESULTS)
     return 0
 
 

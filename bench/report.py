@@ -13,6 +13,8 @@ import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 
 from bench.loadgen import LoadResult
 from bench.ort_limit import OrtLimit
@@ -295,3 +297,13 @@ def overhead_table(results: BenchResults) -> str:
                 ]
             )
     return markdown_table(header, lines) if lines else "No c=1 point was measured."
+
+
+def publish(text: str, name: str, results: Path = Path("bench/results")) -> Path:
+    """Write a report to ``results/<UTC timestamp>-<name>.md``, print it and where it went."""
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-{name}.md"
+    path.write_text(text)
+    print(text)
+    print(f"written to {path}")
+    return path

@@ -33,6 +33,7 @@ import redis
 
 from bench import loadgen
 from bench.models import MODELS, write_conch_repository
+from bench.report import publish
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
 from tests.integration.stream_helpers import stream_entry, wait_until, write_streams_yaml
@@ -164,11 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             lines += fault_runs(home, repository, broker, args)
     lines.append(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-streams.md"
-    path.write_text(text)
-    print(text)
-    print(f"written to {path}")
+    publish(text, "streams", RESULTS)
     return 0
 
 

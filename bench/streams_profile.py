@@ -1,12 +1,12 @@
 """``python -m bench.streams_profile``: where a stream record's CPU goes in ``conch serve --streams``.
 
 One server drains a pre-filled stream of ``mlp`` records (the tensor in the binary field, as
-``bench.streams`` sends them) while ``py-spy`` samples it (``--py-spy``, default ``py-spy`` on the
-PATH; ``pip install py-spy``). Every sample's innermost conch or library frame is put in one area:
-reading from the broker (redis-py and its reply parser), decoding the record, the request path
-(server, router, scheduler), ONNX Runtime, encoding and writing the result, acknowledging, and the
-event loop itself. The report gives each area's share of the samples with the drain rate, and the
-functions with the most samples of their own.
+``bench.streams`` sends them) while ``py-spy`` samples it (``bench.py_spy``: the one beside the
+interpreter, else on the PATH; it is in the bench extra). Every sample's innermost conch or library
+frame is put in one area: reading from the broker (redis-py and its reply parser), decoding the
+record, the request path (server, router, scheduler), ONNX Runtime, encoding and writing the result,
+acknowledging, and the event loop itself. The report gives each area's share of the samples with
+the drain rate, and the functions with the most samples of their own.
 
 Writes ``bench/results/<timestamp>-streams-profile.md`` and prints it.
 """
@@ -14,15 +14,14 @@ Writes ``bench/results/<timestamp>-streams-profile.md`` and prints it.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
-import subprocess
 import tempfile
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.models import write_conch_repository
+from bench.py_spy import count_samples, sampled
+from bench.report import publish
 from bench.streams import MODEL, RESULTS, drain_rate, prefill
 from tests.integration.redis_server import running_redis
 from tests.integration.server_process import ServerProcess
@@ -41,36 +40,9 @@ AREAS = (
 )
 
 
-def area_of(stack: list[str]) -> str:
-    """The area of a sample: the first area any of its frames belongs to, innermost frame first."""
-    for frame in reversed(stack):
-        for area, marks in AREAS:
-            if any(mark in frame for mark in marks):
-                return area
-    return "other"
-
-
-def profile(raw: str) -> tuple[collections.Counter[str], collections.Counter[str], int]:
-    """Samples by area and by innermost function, from py-spy's raw (collapsed) output."""
-    areas: collections.Counter[str] = collections.Counter()
-    functions: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack_text, _, count_text = line.rpartition(" ")
-        if not stack_text or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        stack = stack_text.split(";")
-        total += count
-        areas[area_of(stack)] += count
-        functions[stack[-1]] += count
-    return areas, functions, total
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=30_000, help="records pre-filled in the stream")
-    parser.add_argument("--py-spy", default="py-spy", help="the py-spy program")
     parser.add_argument("--top", type=int, default=25, help="functions listed")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
@@ -83,27 +55,16 @@ def main(argv: list[str] | None = None) -> int:
             server = ServerProcess(repository, ["--streams", str(config)]).start(home)
             try:
                 assert server.process is not None
-                raw_path = home / "samples.txt"
-                spy = subprocess.Popen(
-                    [args.py_spy, "record", "--format", "raw", "--rate", "250", "--nonblocking",
-                     "--pid", str(server.process.pid), "--output", str(raw_path)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                )  # fmt: skip
                 rates: list[float] = []
-                draining = threading.Thread(
-                    target=lambda: rates.append(drain_rate(client, "p-in", args.records, 600))
+                raw = sampled(
+                    server.process.pid,
+                    home / "samples.txt",
+                    250,
+                    lambda: rates.append(drain_rate(client, "p-in", args.records, 600)),
                 )
-                draining.start()
-                draining.join()
-                spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
-                _, errors = spy.communicate(timeout=60)
-                raw = raw_path.read_text() if raw_path.exists() else ""
             finally:
                 server.stop()
-    if not raw:
-        print(f"py-spy wrote no samples: {errors.strip()[-500:]}")
-        return 1
-    areas, functions, total = profile(raw)
+    areas, functions, total = count_samples(raw, AREAS)
     lines = [
         f"# Where a stream record's CPU goes: `{MODEL}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
@@ -123,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         *(f"| `{name}` | {count / total:.1%} |" for name, count in functions.most_common(args.top)),
     ]
     text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-streams-profile.md"
-    path.write_text(text)
-    print(text)
-    print(f"written to {path}")
+    publish(text, "streams-profile", RESULTS)
     return 0
 
 
