@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conch.release.copy_balance import CopyBalance
 from conch.release.expected_agreement import AgreementLimit, agreement_limit, read_expected
 from conch.release.gate import GateTracker, Judgement, judged_steps, limits_of
 from conch.release.prometheus_judge import (
@@ -63,6 +64,8 @@ class ModelRelease:
     server_errors: Counter[int] = field(default_factory=Counter)
     #: The release's ``min_agreement`` and where it came from, read when its first step is judged.
     agreement: AgreementLimit | None = None
+    #: Shadow copies sent to each version in the step, kept even while both answer clients.
+    copies: CopyBalance = field(default_factory=CopyBalance)
 
     @classmethod
     def of(cls, release: Release, clock: Callable[[], float] = time.monotonic) -> ModelRelease:

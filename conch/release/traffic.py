@@ -52,8 +52,10 @@ class ReleaseTraffic:
     def shadow_version(self, model: str, answered: int) -> int | None:
         """The version a copy of this answer's request runs on, off the client's path, or None.
 
-        In a shadow step every request is copied to the other version; outside one, requests the
-        candidate answered are copied to the baseline, so the canary steps have agreement figures too.
+        In a shadow step every request is copied to the other version (while both answer clients, no
+        version is sent more than :data:`~conch.release.copy_balance.COPY_SLACK` copies beyond what
+        it sends); outside one, requests the candidate answered are copied to the baseline, so the
+        canary steps have agreement figures too.
         """
         held = self.releases.get(model)
         if held is None or held.release.state is not ReleaseState.PROGRESSING:
@@ -62,6 +64,9 @@ class ReleaseTraffic:
         other = release.spec.candidate if answered == release.baseline else release.baseline
         if answered not in (release.baseline, release.spec.candidate):
             return None
+        if release.shadow and 0 < release.weights()[release.spec.candidate] < 100:
+            # Both answer clients: each is sent as many copies as it sends (conch.release.copy_balance).
+            return other if held.copies.allow(release.step, answered, other) else None
         if release.shadow or answered == release.spec.candidate:
             return other
         return None
