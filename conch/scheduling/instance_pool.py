@@ -16,6 +16,7 @@ import numpy as np
 
 from conch.core.errors import UnavailableError
 from conch.core.types import ExecutionTiming
+from conch.scheduling.shared_turns import turns_of
 
 #: Executions of a single instance shorter than this (moving average) run on the event loop, under
 #: load too; longer ones go to its worker thread: the loop answers nothing else while it runs a model
@@ -76,12 +77,16 @@ class InstancePool:
         """A single instance whose measured executions are short enough for the loop
         (:data:`INLINE_BELOW_NS`): they run there unless another model's started since, and with one
         instance nothing can run beside them, so the batcher awaits them in its own task."""
-        return self.count == 1 and self._measured and self._average_ns < INLINE_BELOW_NS
+        return self.count == 1 and self._measured and self.average_execution_ns < INLINE_BELOW_NS
 
     @property
     def average_execution_ns(self) -> float:
         """Moving average of this pool's executions (compute input, infer and output), in ns; the
-        batcher waits longer for a batch's company when executions are long."""
+        batcher waits longer for a batch's company when executions are long. While the model's
+        versions take turns (:mod:`conch.scheduling.shared_turns`), the line's average over both."""
+        turns = turns_of(self.model)
+        if turns is not None and turns.average_ns is not None:
+            return turns.average_ns
         return self._average_ns
 
     async def acquire(self) -> Any:
@@ -151,6 +156,9 @@ class InstancePool:
         # model would run several executions on the loop before its average passed the bound.
         self._average_ns += (spent - self._average_ns) * (_SMOOTHING if self._measured else 1.0)
         self._measured = True
+        turns = turns_of(self.model)
+        if turns is not None:
+            turns.observe(spent, _SMOOTHING)
         return outputs, timing
 
     def _on_the_loop(self, alone: bool) -> bool:
@@ -160,7 +168,7 @@ class InstancePool:
         _LastStarted.model = self.model
         if not self._measured:
             return False
-        average = self._average_ns
+        average = self.average_execution_ns
         if alone and average < INLINE_ALONE_BELOW_NS:
             return True
         return self.count == 1 and average < (INLINE_BELOW_NS if sole else SHORTER_THAN_A_HOP_NS)

@@ -175,3 +175,38 @@ def test_a_batch_whose_batcher_closes_while_in_line_is_answered_503() -> None:
         assert turns.running == 0 and overlaps.started == []
 
     asyncio.run(main())
+
+
+class Timed:
+    """An instance whose executions report ``infer_ns`` of compute."""
+
+    def __init__(self, infer_ns: int) -> None:
+        self.infer_ns = infer_ns
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        timing.compute_infer_ns = self.infer_ns
+        return {"OUTPUT0": inputs["INPUT0"]}
+
+
+def test_in_a_release_both_versions_place_and_batch_by_the_line_s_average() -> None:
+    async def main() -> None:
+        short, long = (
+            InstancePool([Timed(1_000_000)], "m-1", "m"),
+            InstancePool([Timed(9_000_000)], "m-2", "m"),
+        )
+        inputs = {"INPUT0": np.zeros((1, 1), np.float32)}
+        for pool in (short, long):
+            await pool.run(pool.instances[0], inputs, ["OUTPUT0"])
+        assert (short.average_execution_ns, long.average_execution_ns) == (1_000_000, 9_000_000)
+        assert short.always_inline and not long.always_inline, "apart, each by its own executions"
+        share_turns({"m"})
+        for pool in (short, long) * 3:
+            await pool.run(pool.instances[0], inputs, ["OUTPUT0"])
+        assert short.average_execution_ns == long.average_execution_ns
+        assert short.always_inline == long.always_inline
+        share_turns(set())
+        assert short.average_execution_ns != long.average_execution_ns, "after it, each by its own again"
+
+    asyncio.run(main())
