@@ -32,7 +32,7 @@ RATE = 200  # py-spy samples a second of each busy thread
 #: (area, marks in a frame's file or function), first match wins, innermost frame first.
 AREAS = (
     ("model process: ONNX Runtime", ("onnxruntime",)),
-    ("model process: the model's execute", ("triton_model.py", "peer_code")),
+    ("model process: the model's execute", ("/1/model.py", "triton_model.py")),  # a version folder's file
     ("model process: stub around execute", ("backends/python/stub", "triton_python_backend_utils")),
     ("message to the model process, framing, wake-up", ("backends/python", "conch_ipc", "shared_memory")),
     ("gRPC frontend: decode and encode", ("frontends/grpc", "grpc/", "google/protobuf", "tritonclient")),
