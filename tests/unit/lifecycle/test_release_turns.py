@@ -18,7 +18,7 @@ MODEL = "scored"
 def checked_a_while(controller: ReleaseController) -> None:
     async def main() -> None:
         checks = asyncio.ensure_future(check_releases(controller))
-        await asyncio.sleep(3 * RELEASE_CHECK_SECS)
+        await asyncio.sleep(1.5 * RELEASE_CHECK_SECS)  # one round of checks
         checks.cancel()
 
     asyncio.run(main())
