@@ -1,5 +1,5 @@
-"""Turns shared by the versions of one model while a release runs: their executions wait in one
-first-come line, at most as many at once as the larger version has instances.
+"""Turns shared by the versions of one model while a release sends clients to both: their executions
+wait in one first-come line, at most as many at once as the larger version has instances.
 
 Why: each version has its own batcher and instances, so during a release two copies of the model
 compute side by side where the baseline alone computed one batch at a time. On two cores they then
@@ -10,8 +10,8 @@ saturated server, and the gate rightly read that as a regression. Taking turns m
 versions' answers come from the same line, so a latency difference the gate sees is the candidate's
 own, and the server does no more work at once than it did before the release.
 
-The lifecycle says which models take turns (:func:`share_turns`); a model with no release in progress
-runs as before, each version on its own instances only.
+The lifecycle says which models take turns (:func:`share_turns`); any other model, and a release in
+a dark launch or at 100%, runs as before, each version on its own instances only.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ class ModelTurns:
         self.running -= 1
         self._pass_on()
 
+    def disband(self) -> None:
+        """The line is no longer needed: everyone waiting in it goes on at once."""
+        self.limit = 1 << 30
+        self._pass_on()
+
     def _pass_on(self) -> None:
         while self._waiting and self.running < self.limit:
             self.running += 1
@@ -78,9 +83,7 @@ def share_turns(models: set[str]) -> None:
     that stops taking turns lets the executions already in its line go on as they come."""
     for model in list(_shared):
         if model not in models:
-            turns = _shared.pop(model)
-            turns.limit = 1 << 30
-            turns._pass_on()
+            _shared.pop(model).disband()
     for model in models:
         _shared.setdefault(model, ModelTurns())
 
