@@ -29,7 +29,7 @@ from conch.repository.config import config_to_json, tensor_metadata
 from conch.request_contract import answer_parameters, scheduled_request
 from conch.router.release_split import route_key_of
 from conch.router.router import VersionRouter
-from conch.scheduling.scheduler import RequestsInFlight
+from conch.scheduling.scheduler import RequestsInFlight, ScheduledRequest
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +276,7 @@ class InferenceServer:
         stats.pending += 1
         self.in_flight.enter()
         error: Exception | None = None
+        scheduled: ScheduledRequest | None = None
         try:
             scheduled, checked = scheduled_request(request, served, self.in_flight)
             assert served.scheduler is not None
@@ -303,7 +304,8 @@ class InferenceServer:
             self.in_flight.leave()
             # One clock reading serves the breaker, the statistics and the answer's figures.
             elapsed = time.perf_counter_ns() - started
-            self.router.record(route, error, elapsed / 1e9)
+            line_wait = 0 if scheduled is None else scheduled.line_wait_ns
+            self.router.record(route, error, elapsed / 1e9, line_wait / 1e9)
         queue_ns = scheduled.queue_ns
         stats.record_success(elapsed, queue_ns)
         self.router.shadow(route, scheduled, outputs)

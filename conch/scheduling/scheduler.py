@@ -19,7 +19,7 @@ from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.observability.tracing import RequestTrace
 from conch.scheduling.instance_pool import InstancePool
-from conch.scheduling.shared_turns import turns_of
+from conch.scheduling.shared_turns import LineWaits, turns_of
 
 
 class RequestsInFlight:
@@ -63,6 +63,9 @@ class ScheduledRequest:
     rows: int
     parameters: dict[str, Any] = field(default_factory=dict)
     queue_ns: int = 0
+    #: Nanoseconds its version waited for the other version's executions while the request was in
+    #: the scheduler (a release's shared line, :mod:`conch.scheduling.shared_turns`; 0 otherwise).
+    line_wait_ns: int = 0
     in_flight: RequestsInFlight | None = None
     #: The client's request id (Python models read it with ``request_id()``).
     id: str = ""
@@ -101,18 +104,26 @@ class DirectScheduler:
     def __init__(self, pool: InstancePool, statistics: ModelStatistics) -> None:
         self._pool = pool
         self._statistics = statistics
+        self._line_waits = LineWaits()
 
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         waited_from = time.perf_counter_ns()
+        waits = self._line_waits
+        mark = waits.total(waited_from) if waits.used else 0
         instance = await self._pool.acquire()
         turns = turns_of(self._pool.model)
         if turns is not None:
+            waits.begin(time.perf_counter_ns())
             try:
                 await turns.take(self._pool.count)
             except BaseException:
                 self._pool.release(instance)
                 raise
+            finally:
+                waits.end(time.perf_counter_ns())
         dispatched = time.perf_counter_ns()
+        if waits.used:
+            request.line_wait_ns = waits.total(dispatched) - mark
         request.queue_ns = dispatched - waited_from
         execution = None if tracing.tracer is None else tracing.start_execution([request], dispatched)
         try:

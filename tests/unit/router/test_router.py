@@ -205,3 +205,38 @@ def test_an_ongoing_fallback_is_logged_when_it_starts_then_every_interval(
 def test_a_policy_allows_only_its_levels() -> None:
     policy = FallbackPolicy((FallbackLevel.CPU,))
     assert policy.allows(FallbackLevel.CPU) and not policy.allows(FallbackLevel.MODEL)
+
+
+class GateAnswers:
+    """The release side of the router, recording what the gate is told (a 50% release of 1 and 2)."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[int, float, bool]] = []
+
+    def split(self, model: str) -> tuple[int, int, int] | None:
+        return (1, 2, 50)
+
+    def shadow_version(self, model: str, answered: int) -> int | None:
+        return None
+
+    def record_answer(
+        self, model: str, version: int, seconds: float, server_error: bool, copy: bool = False
+    ) -> None:
+        self.answers.append((version, seconds, server_error))
+
+    def compare_copy(self, *args: object) -> None:
+        raise AssertionError("no copies in this release")
+
+    def record_dropped(self, model: str) -> None:
+        raise AssertionError("no copies in this release")
+
+
+def test_the_gate_times_a_released_answer_without_its_wait_in_the_shared_line() -> None:
+    repository = ServedModels(Path("."))
+    repository.models["m"] = Model("m", versions={1: version(1), 2: version(2)})
+    gate = GateAnswers()
+    router = VersionRouter(repository, Clock(), gate)
+    route = router.route("m", route_key="client-7")
+    assert route.released and route.version is not None
+    router.record(route, None, 0.050, line_wait=0.030)
+    assert gate.answers == [(route.version.version, pytest.approx(0.020), False)]
