@@ -304,8 +304,7 @@ class InferenceServer:
             self.in_flight.leave()
             # One clock reading serves the breaker, the statistics and the answer's figures.
             elapsed = time.perf_counter_ns() - started
-            line_wait = 0 if scheduled is None else scheduled.line_wait_ns
-            self.router.record(route, error, elapsed / 1e9, line_wait / 1e9)
+            self.router.record(route, error, elapsed / 1e9, scheduled)
         queue_ns = scheduled.queue_ns
         stats.record_success(elapsed, queue_ns)
         self.router.shadow(route, scheduled, outputs)

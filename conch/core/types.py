@@ -120,3 +120,8 @@ class ExecutionTiming:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+
+    @property
+    def spent_ns(self) -> int:
+        """The whole execution: inputs, the run and outputs."""
+        return self.compute_input_ns + self.compute_infer_ns + self.compute_output_ns

@@ -49,6 +49,10 @@ class VersionFigures:
     p95_s: float | None
     #: The successful answers' latencies, for the latency test; None where only the P95 is known.
     latency: LatencyHistogram | None = None
+    #: The P95 and the counts of the executions that answered them, for the compute check; None
+    #: where unknown (Prometheus's judge, a scheduler that reports no execution per answer).
+    execution_p95_s: float | None = None
+    execution: LatencyHistogram | None = None
 
     @property
     def error_rate(self) -> float | None:
@@ -73,12 +77,14 @@ class GateFigures:
     #: Log of candidate P95 / baseline P95 in each closed time slice of the step
     #: (:mod:`conch.release.time_slices`); None where the judge does not slice (Prometheus's).
     slice_log_ratios: tuple[float, ...] | None = None
+    #: The same for the executions that answered (the compute check).
+    execution_slice_log_ratios: tuple[float, ...] | None = None
 
 
 #: The chance, over a whole release, that the gate rolls back a candidate that keeps every limit (or
 #: passes one that breaks a limit): spread over the checks and the judged steps (:func:`limits_of`).
 RELEASE_ALPHA = 0.05
-CHECKS = ("error_rate_increase", "p95_increase", "agreement", "drift_fraction")
+CHECKS = ("error_rate_increase", "p95_increase", "compute_increase", "agreement", "drift_fraction")
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class GateLimits:
     max_drift_fraction: float
     alpha: float = RELEASE_ALPHA / len(CHECKS)
     agreement_noise: float = 0.0
+    max_compute_increase: float = GateSpec.max_compute_increase
 
 
 def judged_steps(steps: Sequence[Step]) -> int:
@@ -123,6 +130,7 @@ def limits_of(
         gate.max_drift_fraction,
         RELEASE_ALPHA / (len(CHECKS) * max(1, steps)),
         agreement_noise,
+        gate.max_compute_increase,
     )
 
 
@@ -248,6 +256,11 @@ def judge(figures: GateFigures, limits: GateLimits) -> Judgement:
     p95_increase = (
         cand.p95_s / base.p95_s - 1 if cand.p95_s is not None and base.p95_s else None
     )  # no baseline P95 (every answer an error) is no data, not an infinite rise
+    compute_increase = (
+        cand.execution_p95_s / base.execution_p95_s - 1
+        if cand.execution_p95_s is not None and base.execution_p95_s
+        else None
+    )
     agreement = _ratio(figures.agreements, figures.compared)
     drift_fraction = _ratio(figures.drifted, figures.drift_scored)
     checks = (
@@ -263,6 +276,13 @@ def judge(figures: GateFigures, limits: GateLimits) -> Judgement:
             p95_increase,
             limits.max_p95_increase,
             p95_increase is not None and p95_increase > limits.max_p95_increase,
+            ready,
+        ),
+        _check(
+            "compute_increase",
+            compute_increase,
+            limits.max_compute_increase,
+            compute_increase is not None and compute_increase > limits.max_compute_increase,
             ready,
         ),
         _check(
@@ -301,8 +321,9 @@ class GateTracker:
         self.failure_threshold = failure_threshold
         self.consecutive_failures = 0
         self.last_failure: Judgement | None = None
-        #: The step's latency looks (:mod:`conch.release.sequential_gate`).
+        #: The step's latency and compute looks (:mod:`conch.release.sequential_gate`).
         self.latency_looks = LatencyLooks(needed=failure_threshold, hold_s=LATENCY_HOLD_S)
+        self.execution_looks = LatencyLooks(needed=failure_threshold, hold_s=LATENCY_HOLD_S)
 
     def observe(self, judgement: Judgement) -> bool:
         """Count one judgement; True when the threshold is reached."""
@@ -323,3 +344,4 @@ class GateTracker:
         self.consecutive_failures = 0
         self.last_failure = None
         self.latency_looks = LatencyLooks(needed=self.failure_threshold, hold_s=LATENCY_HOLD_S)
+        self.execution_looks = LatencyLooks(needed=self.failure_threshold, hold_s=LATENCY_HOLD_S)

@@ -93,7 +93,10 @@ def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
         0.0 if resolved is None else resolved.noise,
     )
     if gate.judge == "local":
-        return judge_sequentially(held.figures.snapshot(), limits, held.tracker.latency_looks, now)
+        tracker = held.tracker
+        return judge_sequentially(
+            held.figures.snapshot(), limits, tracker.latency_looks, now, tracker.execution_looks
+        )
     assert gate.prometheus_url is not None
     elapsed = release.step_elapsed_s(now)
     try:
@@ -109,7 +112,7 @@ def judge_step(model: str, held: ModelRelease, now: float) -> Judgement | None:
     except PrometheusUnavailableError as exc:
         log.warning("release of '%s': cannot judge now: %s", model, exc.message)
         return None
-    return judge_sequentially(figures, limits, held.tracker.latency_looks, now)
+    return judge_sequentially(figures, limits, held.tracker.latency_looks, now, held.tracker.execution_looks)
 
 
 def resolve_agreement(held: ModelRelease, model_dir: Path) -> AgreementLimit | None:

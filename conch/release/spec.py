@@ -78,6 +78,9 @@ class GateSpec:
     # predictions drifts on as many rows, so the limit matches the 2% of DEFAULT_MIN_AGREEMENT.
     max_drift_fraction: float = 0.02
     on_inconclusive: OnInconclusive = "pause"
+    # Candidate P95 / baseline P95 - 1 of the executions that answered: a doubled compute is +1.0,
+    # and identical versions taking turns read within +-10% on a saturated 2-core server.
+    max_compute_increase: float = 0.50
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ _STEP_KEYS = ("weight", "duration", "shadow", "pause", "approvals")
 _RATES: dict[str, tuple[float, float | None]] = {
     "max_error_rate_increase": (0.0, 1.0),
     "max_p95_increase": (0.0, None),
+    "max_compute_increase": (0.0, None),
     "min_agreement": (0.0, 1.0),
     "drift_threshold": (0.0, 2.0),  # a cosine distance lies in [0, 2]
     "max_drift_fraction": (0.0, 1.0),

@@ -5,7 +5,7 @@ version, latencies, shadow comparisons; :meth:`StepFigures.snapshot` gives the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from conch.release.compare import Comparison
@@ -21,13 +21,25 @@ class _VersionTally:
     #: Latencies of the answers clients got, and of the shadow copies the version ran.
     answers: LatencySketch = field(default_factory=LatencySketch)
     copies: LatencySketch = field(default_factory=LatencySketch)
+    #: How long the executions that answered took, client answers and copies alike.
+    executions: LatencySketch = field(default_factory=LatencySketch)
 
     def latencies(self, copies: bool) -> LatencySketch:
         return self.answers.plus(self.copies) if copies else self.answers
 
-    def figures(self, latencies: LatencySketch, span: tuple[int, int] | None) -> VersionFigures:
+    def figures(
+        self, latencies: LatencySketch, span: tuple[int, int] | None, execution_span: tuple[int, int] | None
+    ) -> VersionFigures:
         latency = None if span is None else latencies.histogram(*span)
-        return VersionFigures(self.requests, self.server_errors, latencies.quantile(0.95), latency)
+        executions = self.executions
+        return VersionFigures(
+            self.requests,
+            self.server_errors,
+            latencies.quantile(0.95),
+            latency,
+            executions.quantile(0.95),
+            None if execution_span is None else executions.histogram(*execution_span),
+        )
 
 
 class StepFigures:
@@ -48,6 +60,9 @@ class StepFigures:
     whenever both versions answered clients in the step; copies count only where a version answers
     none (a dark launch at weight 0, the baseline at 100%). The same answers are also cut into time
     slices (:mod:`conch.release.time_slices`) for the latency test's noise between moments.
+
+    Each timed answer's ``execution`` (the run of the batch that answered it) is kept too, for the
+    compute check: copies and client answers alike, for an execution does not depend on who asked.
     """
 
     def __init__(
@@ -71,13 +86,22 @@ class StepFigures:
         #: The timed answers cut into time slices: client answers only, and with shadow copies.
         self._slices = TimeSlices(self._clock)
         self._slices_with_copies = TimeSlices(self._clock)
+        self._execution_slices = TimeSlices(self._clock)
         self.compared = 0
         self.agreements = 0
         self.drift_scored = 0
         self.drifted = 0
 
-    def record_answer(self, role: Role, seconds: float, server_error: bool, copy: bool = False) -> None:
-        """One answer of ``role``'s version, which took ``seconds`` end to end (a shadow ``copy``'s)."""
+    def record_answer(
+        self,
+        role: Role,
+        seconds: float,
+        server_error: bool,
+        copy: bool = False,
+        execution: float | None = None,
+    ) -> None:
+        """One answer of ``role``'s version, which took ``seconds`` end to end (a shadow ``copy``'s),
+        ``execution`` of them in the execution that answered it (None: unknown)."""
         tally = self._tallies[role]
         tally.requests += 1
         self._answered[role] += 1
@@ -89,6 +113,9 @@ class StepFigures:
             self._slices_with_copies.observe(candidate, seconds)
             if not copy:
                 self._slices.observe(candidate, seconds)
+            if execution is not None:
+                tally.executions.observe(execution)
+                self._execution_slices.observe(candidate, execution)
 
     def record_comparison(self, comparison: Comparison) -> None:
         """One request answered by both versions and compared."""
@@ -103,15 +130,22 @@ class StepFigures:
         base, cand = self._tallies[Role.BASELINE], self._tallies[Role.CANDIDATE]
         copies = not (base.answers.count and cand.answers.count)
         latencies = {role: tally.latencies(copies) for role, tally in self._tallies.items()}
-        spans = [sketch.indices() for sketch in latencies.values()]
-        known = [span for span in spans if span is not None]
-        span = (min(s[0] for s in known), max(s[1] for s in known)) if known else None
+        span = _common_span(latencies.values())
+        execution_span = _common_span(tally.executions for tally in self._tallies.values())
         return GateFigures(
-            baseline=base.figures(latencies[Role.BASELINE], span),
-            candidate=cand.figures(latencies[Role.CANDIDATE], span),
+            baseline=base.figures(latencies[Role.BASELINE], span, execution_span),
+            candidate=cand.figures(latencies[Role.CANDIDATE], span, execution_span),
             compared=self.compared,
             agreements=self.agreements,
             drift_scored=self.drift_scored,
             drifted=self.drifted,
             slice_log_ratios=tuple((self._slices_with_copies if copies else self._slices).log_ratios),
+            execution_slice_log_ratios=tuple(self._execution_slices.log_ratios),
         )
+
+
+def _common_span(sketches: Iterable[LatencySketch]) -> tuple[int, int] | None:
+    """The buckets from the lowest to the highest any of ``sketches`` holds: both versions' samples
+    in the same buckets. None when all are empty."""
+    known = [span for span in (sketch.indices() for sketch in sketches) if span is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else None

@@ -84,12 +84,18 @@ class ReleaseTraffic:
         return Role.CANDIDATE if version == held.release.spec.candidate else None
 
     def record_answer(
-        self, model: str, version: int, seconds: float, server_error: bool, copy: bool = False
+        self,
+        model: str,
+        version: int,
+        seconds: float,
+        server_error: bool,
+        copy: bool = False,
+        execution: float | None = None,
     ) -> None:
         role = self.role(model, version)
         held = self.releases.get(model)
         if role is not None and held is not None and held.release.state is ReleaseState.PROGRESSING:
-            held.figures.record_answer(role, seconds, server_error, copy)
+            held.figures.record_answer(role, seconds, server_error, copy, execution)
             held.answers[version] += 1
             held.server_errors[version] += server_error
 

@@ -23,9 +23,16 @@ class RouterReleases(Protocol):
         """The version a copy of an answer by ``answered`` runs on, off the client's path, or None."""
 
     def record_answer(
-        self, model: str, version: int, seconds: float, server_error: bool, copy: bool = False
+        self,
+        model: str,
+        version: int,
+        seconds: float,
+        server_error: bool,
+        copy: bool = False,
+        execution: float | None = None,
     ) -> None:
-        """One answer of a release's version (``copy``: a shadow copy's), for the gate."""
+        """One answer of a release's version (``copy``: a shadow copy's), for the gate: ``seconds``
+        the version spent on it, ``execution`` the seconds of the execution that answered it."""
 
     def compare_copy(
         self,

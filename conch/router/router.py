@@ -86,12 +86,14 @@ class VersionRouter:
             return self._marked(model, Route(newest, FallbackLevel.MODEL, newest.stands_in))
         return self._marked(model, _plain_route(newest))
 
-    def record(self, route: Route, error: Exception | None, seconds: float, line_wait: float = 0.0) -> None:
+    def record(
+        self, route: Route, error: Exception | None, seconds: float, scheduled: ScheduledRequest | None = None
+    ) -> None:
         """The outcome of a routed call, for its version's breaker and, when a release chose it, its gate.
 
-        ``line_wait``: seconds of ``seconds`` its version spent waiting for the other version's
-        executions in a release's shared line. The gate times the version's own part only; the
-        breaker, which guards clients, times the whole call."""
+        The breaker, which guards clients, times the whole call. The gate times what the version
+        itself spent (:meth:`ScheduledRequest.gate_times`): without its waits for the other version in
+        a release's shared line, and with its execution apart."""
         version = route.version
         if version is None or (version.breaker is None and not route.released):
             return  # nothing to tell: the usual case, on every request
@@ -99,8 +101,9 @@ class VersionRouter:
         if version.breaker is not None:
             version.breaker.record(self.clock(), outcome, seconds)
         if route.released and self.releases is not None and outcome is not CallOutcome.CLIENT_ERROR:
+            own, execution = (seconds, None) if scheduled is None else scheduled.gate_times(seconds)
             self.releases.record_answer(
-                version.name, version.version, seconds - line_wait, outcome is CallOutcome.FAILURE
+                version.name, version.version, own, outcome is CallOutcome.FAILURE, execution=execution
             )
 
     def shadow(self, route: Route, request: ScheduledRequest, outputs: Mapping[str, np.ndarray]) -> None:

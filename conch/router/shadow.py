@@ -81,19 +81,19 @@ class ShadowRunner:
             other = await target.scheduler.schedule(copy)
         except ConchError as exc:
             failed = exc.kind.http_status >= 500
-            self.releases.record_answer(model, target.version, _own_seconds(started, copy), failed, True)
+            self._record(model, target.version, started, copy, failed)
             return
         except Exception:  # the copy must never disturb the server; its failure is the version's
             log.exception("shadow copy on model '%s' version %d failed", model, target.version)
-            self.releases.record_answer(model, target.version, _own_seconds(started, copy), True, True)
+            self._record(model, target.version, started, copy, True)
             return
-        self.releases.record_answer(model, target.version, _own_seconds(started, copy), False, True)
+        self._record(model, target.version, started, copy, False)
         types = {
             entry.name: datatypes.from_config_type(entry.data_type).name for entry in answered.config.output
         }
         self.releases.compare_copy(model, answered.version, answer, other, types, copy.output_names)
 
-
-def _own_seconds(started: float, copy: ScheduledRequest) -> float:
-    """The copy's time less its version's waits in a release's shared line (what the gate times)."""
-    return time.perf_counter() - started - copy.line_wait_ns / 1e9
+    def _record(self, model: str, version: int, started: float, copy: ScheduledRequest, failed: bool) -> None:
+        """The copy's answer for the gate, timed as the router times a client's."""
+        own, execution = copy.gate_times(time.perf_counter() - started)
+        self.releases.record_answer(model, version, own, failed, copy=True, execution=execution)

@@ -151,7 +151,7 @@ class InstancePool:
         else:
             loop = asyncio.get_running_loop()
             outputs = await loop.run_in_executor(self._executor, instance.run, inputs, output_names, timing)
-        spent = timing.compute_input_ns + timing.compute_infer_ns + timing.compute_output_ns
+        spent = timing.spent_ns
         # The first measured execution sets the average: smoothed from the starting estimate, a slow
         # model would run several executions on the loop before its average passed the bound.
         self._average_ns += (spent - self._average_ns) * (_SMOOTHING if self._measured else 1.0)

@@ -66,6 +66,9 @@ class ScheduledRequest:
     #: Nanoseconds its version waited for the other version's executions while the request was in
     #: the scheduler (a release's shared line, :mod:`conch.scheduling.shared_turns`; 0 otherwise).
     line_wait_ns: int = 0
+    #: Nanoseconds the execution that answered it took (inputs in, the model's run, outputs out): what
+    #: its version's compute cost, apart from any queue (0 until it ran).
+    execution_ns: int = 0
     in_flight: RequestsInFlight | None = None
     #: The client's request id (Python models read it with ``request_id()``).
     id: str = ""
@@ -73,6 +76,12 @@ class ScheduledRequest:
     stream: ResponseStream | None = None
     #: The request's span while traced; its queue and execute spans hang from it.
     trace: RequestTrace | None = None
+
+    def gate_times(self, seconds: float) -> tuple[float, float | None]:
+        """What a release's gate times of this request, which took ``seconds`` in all: the part its
+        version spent (less its waits in the shared line), and its execution (None: it never ran)."""
+        execution = self.execution_ns / 1e9 if self.execution_ns else None
+        return seconds - self.line_wait_ns / 1e9, execution
 
     @property
     def alone(self) -> bool:
@@ -140,6 +149,7 @@ class DirectScheduler:
             if execution is not None:
                 execution.end()
         self._statistics.record_execution(request.rows, 1, timing)
+        request.execution_ns = timing.spent_ns
         if self._pool.takes_request_lists:
             if isinstance(outcomes[0], BaseException):
                 raise outcomes[0]

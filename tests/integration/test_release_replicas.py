@@ -65,7 +65,7 @@ DISTINCT = [0.5, 3.0, 1.0, 2.0]
 TIED = [1.0, 1.0, 1.0, 1.0]
 RATE_A, RATE_B = 30.0, 10.0  # requests per second: three to A for each one to B
 MIN_REQUESTS = 50
-CHECKS = ("error_rate_increase", "p95_increase", "agreement", "drift_fraction")
+CHECKS = ("error_rate_increase", "p95_increase", "compute_increase", "agreement", "drift_fraction")
 
 
 @dataclass

@@ -31,8 +31,8 @@ LIMITS = GateLimits(
     max_drift_fraction=0.01,
 )
 HEALTHY = GateFigures(
-    baseline=VersionFigures(requests=1000, server_errors=0, p95_s=0.100),
-    candidate=VersionFigures(requests=1000, server_errors=0, p95_s=0.100),
+    baseline=VersionFigures(requests=1000, server_errors=0, p95_s=0.100, execution_p95_s=0.010),
+    candidate=VersionFigures(requests=1000, server_errors=0, p95_s=0.100, execution_p95_s=0.010),
     compared=1000,
     agreements=1000,
     drift_scored=1000,
@@ -56,6 +56,7 @@ def test_healthy_figures_pass_every_check() -> None:
     assert [c.name for c in judgement.checks] == [
         "error_rate_increase",
         "p95_increase",
+        "compute_increase",
         "agreement",
         "drift_fraction",
     ]
@@ -137,10 +138,20 @@ def test_checks_without_comparisons_are_pending() -> None:
     assert outcomes(judgement) == {
         "error_rate_increase": Outcome.PASSED,
         "p95_increase": Outcome.PASSED,
+        "compute_increase": Outcome.PASSED,
         "agreement": Outcome.PENDING,
         "drift_fraction": Outcome.PENDING,
     }
     assert all(check.ok for check in judgement.checks)
+
+
+def test_compute_fails_when_the_candidate_s_executions_take_longer_than_the_limit() -> None:
+    doubled = judge(with_candidate(execution_p95_s=0.020), LIMITS)
+    within = judge(with_candidate(execution_p95_s=0.0149), LIMITS)
+    unknown = judge(with_candidate(execution_p95_s=None), LIMITS)
+    assert [c.name for c in doubled.failures] == ["compute_increase"]
+    assert not within.failed
+    assert outcomes(unknown)["compute_increase"] is Outcome.PENDING
 
 
 def test_no_baseline_p95_is_pending_not_failed() -> None:
@@ -202,7 +213,9 @@ def test_reset_forgets_the_previous_step() -> None:
     step.reset()
     figures = step.snapshot()
     empty = VersionFigures(0, 0, None)
-    assert figures == GateFigures(baseline=empty, candidate=empty, slice_log_ratios=())
+    assert figures == GateFigures(
+        baseline=empty, candidate=empty, slice_log_ratios=(), execution_slice_log_ratios=()
+    )
 
 
 def test_step_figures_feed_the_judgement() -> None:
@@ -337,8 +350,9 @@ def test_limits_of_a_gate_spec_are_its_own_figures() -> None:
     # Without min_agreement the release's resolved limit applies, else the documented default.
     assert limits_of(GateSpec(), min_agreement=0.97).min_agreement == 0.97
     assert limits_of(GateSpec()).min_agreement == DEFAULT_MIN_AGREEMENT == 0.98
-    # The release's 5% is spread over 4 checks and the judged steps.
-    assert limits_of(GateSpec(), steps=2).alpha == pytest.approx(0.05 / 8)
+    # The release's 5% is spread over 5 checks and the judged steps.
+    assert limits_of(GateSpec(), steps=2).alpha == pytest.approx(0.05 / 10)
+    assert limits_of(dataclasses.replace(gate, max_compute_increase=0.3)).max_compute_increase == 0.3
 
 
 def test_a_versions_first_answers_of_the_release_are_counted_not_timed() -> None:

@@ -105,17 +105,24 @@ def test_latency_looks_come_at_each_doubling_and_spend_a_shrinking_share_of_alph
     assert spent == pytest.approx(0.05, rel=1e-3) and spent < 0.05
 
 
-def step_figures(agreement: float, compared: int, answers: int, slowdown: float = 1.0) -> GateFigures:
-    """``answers`` of each version over 30 simulated seconds, the two versions' answers interleaved."""
+def step_figures(
+    agreement: float, compared: int, answers: int, slowdown: float = 1.0, compute: float | None = None
+) -> GateFigures:
+    """``answers`` of each version over 30 simulated seconds, the two versions' answers interleaved;
+    with ``compute``, each answer's execution too (the candidate's ``compute`` times as long)."""
     rng = np.random.default_rng(11)
     clock = Clock()
     step = StepFigures(drift_threshold=0.3, clock=clock)
     base = rng.lognormal(np.log(1e-3), 0.3, answers)
     cand = rng.lognormal(np.log(1e-3), 0.3, answers) * slowdown
+    runs = np.random.default_rng(12)  # apart, so the other figures stay as they were drawn
+    base_runs = runs.lognormal(np.log(3e-4), 0.2, answers)
+    cand_runs = runs.lognormal(np.log(3e-4), 0.2, answers) * (compute or 1.0)
     for second in np.array_split(np.arange(answers), 30):
         for index in second:
-            step.record_answer(Role.BASELINE, float(base[index]), server_error=False)
-            step.record_answer(Role.CANDIDATE, float(cand[index]), server_error=False)
+            base_run, cand_run = (None, None) if compute is None else (base_runs[index], cand_runs[index])
+            step.record_answer(Role.BASELINE, float(base[index]), False, execution=base_run)
+            step.record_answer(Role.CANDIDATE, float(cand[index]), False, execution=cand_run)
         clock.now += 1.0
     for agreed in rng.random(compared) < agreement:
         step.record_comparison(Comparison(bool(agreed), 0.0 if agreed else 0.9))
@@ -234,3 +241,23 @@ def test_the_rank_test_proves_a_whole_distribution_slower_where_the_p95_cannot()
     for scale in (1.0, 0.85):
         same = compare_latency(base, histogram(sample(scale, 250), BOUNDS), 0.0005, max_increase=0.2)
         assert same is not None and latency_verdict(same, 0.2) != Verdict.BEYOND
+
+
+def test_a_candidate_computing_twice_as_long_fails_compute_even_where_its_latency_looks_alike() -> None:
+    """In a release's shared line both versions' latencies mix both versions' executions; the
+    executions themselves still show the candidate's cost."""
+    doubled = judge_sequentially(step_figures(1.0, 2000, 2000, compute=2.0), LIMITS, LatencyLooks())
+    checks = {c.name: c for c in doubled.checks}
+    assert checks["compute_increase"].outcome is Outcome.FAILED
+    assert checks["compute_increase"].value == pytest.approx(1.0, abs=0.15)
+    assert checks["p95_increase"].outcome is not Outcome.FAILED
+    alike = judge_sequentially(step_figures(1.0, 2000, 2000, compute=1.0), LIMITS, LatencyLooks())
+    assert {c.name: c.outcome for c in alike.checks}["compute_increase"] is Outcome.PASSED
+    assert alike.settled, alike.waiting
+
+
+def test_without_execution_times_compute_is_pending_and_never_holds_a_step() -> None:
+    judgement = judge_sequentially(step_figures(1.0, 2000, 2000), LIMITS, LatencyLooks())
+    compute = next(c for c in judgement.checks if c.name == "compute_increase")
+    assert compute.outcome is Outcome.PENDING and compute.settles and "no execution times" in compute.detail
+    assert judgement.settled, judgement.waiting

@@ -21,6 +21,7 @@ from conch.models.model import Model, ModelState, ModelVersion
 from conch.models.served_models import ServedModels
 from conch.models.strategy import FallbackLevel, parse_strategy
 from conch.router.router import LOG_EVERY_S, VersionRouter
+from conch.scheduling.scheduler import ScheduledRequest
 
 OUTPUTS = (
     'output [ { name: "score" data_type: TYPE_FP32 dims: [ 2 ] }, '
@@ -211,7 +212,7 @@ class GateAnswers:
     """The release side of the router, recording what the gate is told (a 50% release of 1 and 2)."""
 
     def __init__(self) -> None:
-        self.answers: list[tuple[int, float, bool]] = []
+        self.answers: list[tuple[int, float, bool, float | None]] = []
 
     def split(self, model: str) -> tuple[int, int, int] | None:
         return (1, 2, 50)
@@ -220,9 +221,15 @@ class GateAnswers:
         return None
 
     def record_answer(
-        self, model: str, version: int, seconds: float, server_error: bool, copy: bool = False
+        self,
+        model: str,
+        version: int,
+        seconds: float,
+        server_error: bool,
+        copy: bool = False,
+        execution: float | None = None,
     ) -> None:
-        self.answers.append((version, seconds, server_error))
+        self.answers.append((version, seconds, server_error, execution))
 
     def compare_copy(self, *args: object) -> None:
         raise AssertionError("no copies in this release")
@@ -231,12 +238,13 @@ class GateAnswers:
         raise AssertionError("no copies in this release")
 
 
-def test_the_gate_times_a_released_answer_without_its_wait_in_the_shared_line() -> None:
+def test_the_gate_times_a_released_answer_without_its_wait_in_the_shared_line_and_its_execution() -> None:
     repository = ServedModels(Path("."))
     repository.models["m"] = Model("m", versions={1: version(1), 2: version(2)})
     gate = GateAnswers()
     router = VersionRouter(repository, Clock(), gate)
     route = router.route("m", route_key="client-7")
     assert route.released and route.version is not None
-    router.record(route, None, 0.050, line_wait=0.030)
-    assert gate.answers == [(route.version.version, pytest.approx(0.020), False)]
+    scheduled = ScheduledRequest({}, ["score"], 1, line_wait_ns=30_000_000, execution_ns=5_000_000)
+    router.record(route, None, 0.050, scheduled)
+    assert gate.answers == [(route.version.version, pytest.approx(0.020), False, pytest.approx(0.005))]
