@@ -19,8 +19,10 @@ computes from the decoded PNG. A catalogue image sent as a PNG therefore finds i
 Determinism: the split and the MLP are seeded and trained on one BLAS thread; the ONNX file carries
 no timestamp; the index holds embeddings computed in float64 with numpy from the MLP's weights and
 rounded to float32, so they do not depend on ONNX Runtime's kernels or the machine's cores. Running
-the script twice writes byte-identical files. Before anything is written, the ONNX graph is run in
-ONNX Runtime on every image and compared with those embeddings.
+the script twice on one machine writes byte-identical files; on another processor OpenBLAS picks other
+kernels and the weights move in their last bits (7e-6 on an AMD EPYC), the graph stays the same.
+Before anything is written, the ONNX graph is run in ONNX Runtime on every image and compared with
+those embeddings.
 
 Usage::
 
