@@ -53,6 +53,8 @@ STEPS = [
 ]
 OVERHEAD_S, COMPUTE_S = 0.35e-3, 0.25e-3
 LOAD_SIGMA, JITTER_SIGMA, STALL_SHARE, COPY_SLOWDOWN = 0.25, 0.35, 0.02, 1.2
+#: An execution's own spread (the served bench's identical versions: P95s within +-10% of each other).
+EXECUTION_SIGMA = 0.1
 #: The longest a release may run before the bench calls it undecided (simulated seconds).
 MAX_S = 400
 
@@ -111,11 +113,12 @@ def run_release(case: Case, seed: int, root: Path) -> Outcome:
         for offset in np.sort(rng.random(count)):
             version = 2 if rng.random() < weight else 1
             answers[version] += 1
-            controller.record_answer(MODEL, version, _latency(rng, case, version, load), False)
+            latency, execution = _timing(rng, case, version, load)
+            controller.record_answer(MODEL, version, latency, False, execution=execution)
             if version == 2 or shadow:  # the router's copy to the other version
                 other = 1 if version == 2 else 2
-                copy = _latency(rng, case, other, load) * COPY_SLOWDOWN
-                controller.record_answer(MODEL, other, copy, False)
+                latency, execution = _timing(rng, case, other, load)
+                controller.record_answer(MODEL, other, latency * COPY_SLOWDOWN, False, execution=execution)
                 controller.record_comparison(MODEL, _comparison(rng, case))
             del offset
         clock.now += 1.0
@@ -152,12 +155,15 @@ def run_release(case: Case, seed: int, root: Path) -> Outcome:
     )
 
 
-def _latency(rng: np.random.Generator, case: Case, version: int, load: float) -> float:
+def _timing(rng: np.random.Generator, case: Case, version: int, load: float) -> tuple[float, float]:
+    """(latency, execution) of one answer: the execution is the compute under the moment's load,
+    the latency that plus the frontends' overhead, jitter and now and then a stall."""
     compute = COMPUTE_S * (case.compute_factor if version == 2 else 1.0)
+    execution = compute * load * math.exp(rng.normal(0, EXECUTION_SIGMA))
     seconds = (OVERHEAD_S + compute) * load * math.exp(rng.normal(0, JITTER_SIGMA))
     if rng.random() < STALL_SHARE:
         seconds *= rng.uniform(3, 10)
-    return float(seconds)
+    return float(seconds), float(execution)
 
 
 def _comparison(rng: np.random.Generator, case: Case) -> Comparison:
