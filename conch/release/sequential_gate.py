@@ -184,7 +184,7 @@ def _compute(figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now:
         cand.execution,
         limits.max_compute_increase,
         figures.execution_slice_log_ratios,
-        "no execution times (this judge or scheduler reports none)",
+        "no execution times yet (sequence and ensemble models and judge: prometheus report none)",
     )
     return _timed(timings, limits.alpha, looks, now)
 
