@@ -1,6 +1,6 @@
 """Sequential tests for the release gate: pure statistics, no clock, no I/O.
 
-The gate looks at a step's figures every second. A fixed-sample interval re-read at every look is
+The gate looks at a step's figures ten times a second. A fixed-sample interval re-read at every look is
 wrong far more often than its level says: each look is another chance for noise to cross the limit.
 So every decision here is **always valid**: the chance that it is ever wrong, over all the looks of a
 step, is at most its ``alpha``.
