@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.fixtures.python_models import write_python_model
+from tests.fixtures import python_models as models
 from tests.integration.redis_server import RedisServer, running_redis
 from tests.integration.server_process import ServerProcess
 from tests.integration.stream_helpers import (
@@ -33,33 +33,13 @@ from tests.integration.stream_scenarios import answered, kill_and_restart, rebal
 
 pytestmark = pytest.mark.redis  # the program this file drives
 
-SLOW_CONFIG = """
-name: "slow"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-dynamic_batching { }
-"""
-#: Echoes INPUT0 after SLOW_ROW_MS a row: a clock, not arithmetic, so the streams are as slow on a
-#: fast processor (an ONNX model of eight 1024-wide products answered 400 rows in 40 ms on an AMD EPYC,
-#: before a fault could land).
-SLOW_ROW_MS = 5
-SLOW_MODEL = f"""
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            time.sleep({SLOW_ROW_MS} / 1000)
-            rows = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", rows)]))
-        return responses
-"""
-SLOW_ROW = {"INPUT0": [1.0, 2.0, 3.0, 4.0]}
+#: The python fixtures' SLEEPY model sleeps its row's first value in milliseconds a request: a clock,
+#: not arithmetic, so the streams are as slow on a fast processor (an ONNX model of eight 1024-wide
+#: products answered 400 rows in 40 ms on an AMD EPYC, before a fault could land).
+SLOW_CONFIG = models.ONE_IN_ONE_OUT.format(
+    name="slow", max_batch_size=8, dtype="TYPE_FP32", instances=1, extra="dynamic_batching { }"
+)
+SLOW_ROW = {"IN": [5.0, 5.0, 5.0, 5.0]}
 #: Small enough that a kill leaves a few dozen records unacknowledged, not hundreds.
 MAX_IN_FLIGHT = 16
 
@@ -78,7 +58,7 @@ def client(broker: RedisServer) -> redis.Redis:
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("models")
-    write_python_model(root, "slow", SLOW_CONFIG, SLOW_MODEL)
+    models.write_python_model(root, "slow", SLOW_CONFIG, models.SLEEPY)
     return root
 
 
