@@ -152,7 +152,7 @@ class _Timings:
 
 
 def _latency(figures: GateFigures, limits: GateLimits, looks: LatencyLooks, now: float) -> Check:
-    """Candidate P95 / baseline P95 - 1 of the answers' latencies (each timed whole, as its client waited)."""
+    """Candidate P95 / baseline P95 - 1 of the answers' latencies (each the time its version spent)."""
     base, cand = figures.baseline, figures.candidate
     timings = _Timings(
         "p95_increase",

@@ -91,8 +91,9 @@ class VersionRouter:
     ) -> None:
         """The outcome of a routed call, for its version's breaker and, when a release chose it, its gate.
 
-        Both time the whole call, as its client waited for it; the gate also gets the execution that
-        answered it (:attr:`ScheduledRequest.execution_s`) for its compute check."""
+        The breaker, which guards clients, times the whole call. The gate times what the version
+        itself spent (:meth:`ScheduledRequest.gate_times`): without its waits for the other version in
+        a release's shared line, and with its execution apart."""
         version = route.version
         if version is None or (version.breaker is None and not route.released):
             return  # nothing to tell: the usual case, on every request
@@ -100,9 +101,9 @@ class VersionRouter:
         if version.breaker is not None:
             version.breaker.record(self.clock(), outcome, seconds)
         if route.released and self.releases is not None and outcome is not CallOutcome.CLIENT_ERROR:
-            execution = None if scheduled is None else scheduled.execution_s
+            own, execution = (seconds, None) if scheduled is None else scheduled.gate_times(seconds)
             self.releases.record_answer(
-                version.name, version.version, seconds, outcome is CallOutcome.FAILURE, execution=execution
+                version.name, version.version, own, outcome is CallOutcome.FAILURE, execution=execution
             )
 
     def shadow(self, route: Route, request: ScheduledRequest, outputs: Mapping[str, np.ndarray]) -> None:

@@ -95,5 +95,5 @@ class ShadowRunner:
 
     def _record(self, model: str, version: int, started: float, copy: ScheduledRequest, failed: bool) -> None:
         """The copy's answer for the gate, timed as the router times a client's."""
-        seconds = time.perf_counter() - started
-        self.releases.record_answer(model, version, seconds, failed, copy=True, execution=copy.execution_s)
+        own, execution = copy.gate_times(time.perf_counter() - started)
+        self.releases.record_answer(model, version, own, failed, copy=True, execution=execution)

@@ -36,7 +36,7 @@ from conch.observability.statistics import ModelStatistics
 from conch.scheduling.batch_queue import BatchingSettings, BatchQueue, PendingRequest
 from conch.scheduling.instance_pool import INLINE_ALONE_BELOW_NS, InstancePool, ModelInstance
 from conch.scheduling.scheduler import Outcome, RequestListInstance, ScheduledRequest
-from conch.scheduling.shared_turns import turns_of
+from conch.scheduling.shared_turns import LineWaits, turns_of
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class DynamicBatcher:
         self._loop_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._in_line: set[asyncio.Task[Any]] = set()  # waiting for a turn (shared_turns)
+        self._line_waits = LineWaits()
         self._finished: dict[int, tuple[PendingRequest, Outcome]] = {}
         self._next_release = 0
         self._outstanding = 0  # requests between schedule() and their answer, for BatchQueue.add
@@ -104,14 +105,19 @@ class DynamicBatcher:
         future: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
         overlapping = self._outstanding > 0
         self._outstanding += 1
+        now = self._clock()
+        waits = self._line_waits
+        mark = waits.total(now) if waits.used else 0
         try:
-            self._queue.add(request, self._clock(), future, overlapping, self._outstanding)
+            self._queue.add(request, now, future, overlapping, self._outstanding)
             wakeup = self._wakeup
             if wakeup is not None and not wakeup.done():
                 wakeup.set_result(None)
             return await future
         finally:
             self._outstanding -= 1
+            if waits.used:
+                request.line_wait_ns = waits.total(self._clock()) - mark
 
     def close(self) -> None:
         """Stop forming batches; requests still queued are answered 503."""
@@ -213,6 +219,7 @@ class DynamicBatcher:
             waiting = asyncio.current_task()
             assert waiting is not None  # a batch always executes in a task of the batcher's loop
             self._in_line.add(waiting)
+            self._line_waits.begin(self._clock())
             try:
                 await turns.take(self._pool.count)
             except asyncio.CancelledError:
@@ -221,6 +228,7 @@ class DynamicBatcher:
                     self._finish(pending, UnavailableError("the model is unloading"))
                 raise
             finally:
+                self._line_waits.end(self._clock())
                 self._in_line.discard(waiting)
         try:
             await self._execute_turn(instance, batch)

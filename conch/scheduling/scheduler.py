@@ -19,7 +19,7 @@ from conch.observability import tracing
 from conch.observability.statistics import ModelStatistics
 from conch.observability.tracing import RequestTrace
 from conch.scheduling.instance_pool import InstancePool
-from conch.scheduling.shared_turns import turns_of
+from conch.scheduling.shared_turns import LineWaits, turns_of
 
 
 class RequestsInFlight:
@@ -63,6 +63,9 @@ class ScheduledRequest:
     rows: int
     parameters: dict[str, Any] = field(default_factory=dict)
     queue_ns: int = 0
+    #: Nanoseconds its version waited for the other version's executions while the request was in
+    #: the scheduler (a release's shared line, :mod:`conch.scheduling.shared_turns`; 0 otherwise).
+    line_wait_ns: int = 0
     #: Nanoseconds the execution that answered it took (inputs in, the model's run, outputs out): what
     #: its version's compute cost, apart from any queue (0 until it ran).
     execution_ns: int = 0
@@ -74,10 +77,11 @@ class ScheduledRequest:
     #: The request's span while traced; its queue and execute spans hang from it.
     trace: RequestTrace | None = None
 
-    @property
-    def execution_s(self) -> float | None:
-        """Seconds of the execution that answered it (None: it never ran), for a release's compute check."""
-        return self.execution_ns / 1e9 if self.execution_ns else None
+    def gate_times(self, seconds: float) -> tuple[float, float | None]:
+        """What a release's gate times of this request, which took ``seconds`` in all: the part its
+        version spent (less its waits in the shared line), and its execution (None: it never ran)."""
+        execution = self.execution_ns / 1e9 if self.execution_ns else None
+        return seconds - self.line_wait_ns / 1e9, execution
 
     @property
     def alone(self) -> bool:
@@ -109,18 +113,26 @@ class DirectScheduler:
     def __init__(self, pool: InstancePool, statistics: ModelStatistics) -> None:
         self._pool = pool
         self._statistics = statistics
+        self._line_waits = LineWaits()
 
     async def schedule(self, request: ScheduledRequest) -> dict[str, np.ndarray]:
         waited_from = time.perf_counter_ns()
+        waits = self._line_waits
+        mark = waits.total(waited_from) if waits.used else 0
         instance = await self._pool.acquire()
         turns = turns_of(self._pool.model)
         if turns is not None:
+            waits.begin(time.perf_counter_ns())
             try:
                 await turns.take(self._pool.count)
             except BaseException:
                 self._pool.release(instance)
                 raise
+            finally:
+                waits.end(time.perf_counter_ns())
         dispatched = time.perf_counter_ns()
+        if waits.used:
+            request.line_wait_ns = waits.total(dispatched) - mark
         request.queue_ns = dispatched - waited_from
         execution = None if tracing.tracer is None else tracing.start_execution([request], dispatched)
         try:

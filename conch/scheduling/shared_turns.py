@@ -13,9 +13,10 @@ own, and the server does no more work at once than it did before the release.
 The lifecycle says which models take turns (:func:`share_turns`); any other model, and a release in
 a dark launch or at 100%, runs as before, each version on its own instances only.
 
-In one line both versions' clients wait for the slower version's executions: a candidate whose
-compute doubled answered clients only 1.05x and 1.08x slower than its baseline at P95. So the gate
-judges compute on its own, from each version's execution times (its ``compute_increase`` check).
+The line is the release's doing, not the version's: each version counts how long it waited in it
+(:class:`LineWaits`), and the gate times an answer without the waits of its version while it was in
+the server. Timed whole, a candidate whose compute doubled answered clients only 1.05x and 1.08x
+slower than its baseline at P95, for both versions waited mostly for each other's executions.
 """
 
 from __future__ import annotations
@@ -77,6 +78,37 @@ class ModelTurns:
         while self._waiting and self.running < self.limit:
             self.running += 1
             self._waiting.popleft().set_result(None)
+
+
+class LineWaits:
+    """How long one version has had an execution waiting for a turn, summed over time (waits that
+    overlap count once). A request's share is the growth of :meth:`total` while it was in the server:
+    its own batch's wait and the waits that held its version's instance while it queued."""
+
+    __slots__ = ("_since", "_total_ns", "_waiting", "used")
+
+    def __init__(self) -> None:
+        self.used = False  # no line yet: the request path skips the clock readings
+        self._total_ns = 0
+        self._waiting = 0
+        self._since = 0
+
+    def begin(self, now: int) -> None:
+        """An execution of this version starts waiting for a turn."""
+        self.used = True
+        if not self._waiting:
+            self._since = now
+        self._waiting += 1
+
+    def end(self, now: int) -> None:
+        """That execution got its turn (or gave up waiting)."""
+        self._waiting -= 1
+        if not self._waiting:
+            self._total_ns += now - self._since
+
+    def total(self, now: int) -> int:
+        """Nanoseconds waited so far, the wait under way included."""
+        return self._total_ns + (now - self._since if self._waiting else 0)
 
 
 _shared: dict[str, ModelTurns] = {}

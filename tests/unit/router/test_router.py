@@ -238,19 +238,13 @@ class GateAnswers:
         raise AssertionError("no copies in this release")
 
 
-def test_the_gate_times_a_released_answer_whole_as_its_client_waited_and_its_execution_apart() -> None:
+def test_the_gate_times_a_released_answer_without_its_wait_in_the_shared_line_and_its_execution() -> None:
     repository = ServedModels(Path("."))
     repository.models["m"] = Model("m", versions={1: version(1), 2: version(2)})
     gate = GateAnswers()
     router = VersionRouter(repository, Clock(), gate)
     route = router.route("m", route_key="client-7")
     assert route.released and route.version is not None
-    scheduled = ScheduledRequest({}, ["score"], 1, queue_ns=30_000_000, execution_ns=5_000_000)
+    scheduled = ScheduledRequest({}, ["score"], 1, line_wait_ns=30_000_000, execution_ns=5_000_000)
     router.record(route, None, 0.050, scheduled)
-    never_ran = ScheduledRequest({}, ["score"], 1)
-    router.record(route, UnavailableError("the model is unloading"), 0.002, never_ran)
-    version_number = route.version.version
-    assert gate.answers == [
-        (version_number, pytest.approx(0.050), False, pytest.approx(0.005)),
-        (version_number, pytest.approx(0.002), True, None),
-    ]
+    assert gate.answers == [(route.version.version, pytest.approx(0.020), False, pytest.approx(0.005))]

@@ -20,7 +20,7 @@ from conch.scheduling.batch_queue import BatchingSettings
 from conch.scheduling.dynamic_batcher import DynamicBatcher
 from conch.scheduling.instance_pool import InstancePool
 from conch.scheduling.scheduler import DirectScheduler, ScheduledRequest
-from conch.scheduling.shared_turns import ModelTurns, share_turns, turns_of
+from conch.scheduling.shared_turns import LineWaits, ModelTurns, share_turns, turns_of
 
 
 class Overlaps:
@@ -210,3 +210,72 @@ def test_in_a_release_both_versions_place_and_batch_by_the_line_s_average() -> N
         assert short.average_execution_ns != long.average_execution_ns, "after it, each by its own again"
 
     asyncio.run(main())
+
+
+def test_overlapping_waits_in_the_line_count_once_and_a_wait_under_way_counts_so_far() -> None:
+    waits = LineWaits()
+    assert not waits.used
+    waits.begin(100)
+    waits.begin(150)  # a second execution of the version joins the wait
+    waits.end(200)
+    assert waits.total(250) == 150  # still one waiting: the wait under way counts
+    waits.end(300)
+    assert waits.total(1_000) == 200 and waits.used
+    waits.begin(1_000)
+    waits.end(1_050)
+    assert waits.total(2_000) == 250
+
+
+class Sleeps:
+    """An instance whose executions sleep ``seconds`` on its worker thread."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], timing: ExecutionTiming
+    ) -> dict[str, np.ndarray]:
+        time.sleep(self.seconds)
+        timing.compute_infer_ns = int(self.seconds * 1e9)  # measured as long: never on the event loop
+        return {"OUTPUT0": inputs["INPUT0"]}
+
+
+async def timed(scheduler: DynamicBatcher | DirectScheduler) -> tuple[float, float]:
+    """Seconds one request took, and the part its version waited in the line."""
+    scheduled = request()
+    started = time.perf_counter()
+    await scheduler.schedule(scheduled)
+    return time.perf_counter() - started, scheduled.line_wait_ns / 1e9
+
+
+@pytest.mark.parametrize("kind", ["batcher", "direct"])
+def test_a_request_knows_how_long_its_version_waited_for_the_other_s_executions(kind: str) -> None:
+    """The slow version holds the line for 60 ms; the fast one's two requests (one batch each) wait
+    behind it, the second also for its own instance held in the line. Less that wait, each took about
+    its own executions (10 ms and 20 ms), however long the other version's were."""
+
+    def scheduler(seconds: float, tag: str) -> DynamicBatcher | DirectScheduler:
+        pool = InstancePool([Sleeps(seconds)], f"m-{tag}", "m")
+        if kind == "direct":
+            return DirectScheduler(pool, ModelStatistics("m", tag))
+        return DynamicBatcher(BatchingSettings(max_batch_size=1), pool, ModelStatistics("m", tag))
+
+    async def main() -> list[tuple[float, float]]:
+        slow, fast = scheduler(0.06, "1"), scheduler(0.01, "2")
+        try:
+            holding = asyncio.ensure_future(slow.schedule(request()))
+            await asyncio.sleep(0.01)  # the slow version's execution has the turn
+            results = await asyncio.gather(timed(fast), timed(fast))
+            await holding
+            return list(results)
+        finally:
+            slow.close()
+            fast.close()
+
+    share_turns({"m"})
+    for (took, waited), own in zip(asyncio.run(main()), (0.01, 0.02), strict=True):
+        assert waited > 0.03  # most of the slow execution's 60 ms
+        assert own - 0.002 < took - waited < own + 0.025
+    share_turns(set())
+    took, waited = asyncio.run(main())[0]
+    assert waited == 0.0
