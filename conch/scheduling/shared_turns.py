@@ -32,6 +32,9 @@ class ModelTurns:
     def __init__(self) -> None:
         self.limit = 1
         self.running = 0
+        #: Turns given so far: a batcher waiting for company reads it to see that another execution
+        #: took a turn meanwhile (:meth:`DynamicBatcher._turns_for_company`).
+        self.given = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         #: Moving average of every version's executions in the line, in ns (None before the first).
         #: The versions' pools read it instead of their own, so both place and batch their executions
@@ -52,6 +55,7 @@ class ModelTurns:
             self._pass_on()
         if self.running < self.limit and not self._waiting:
             self.running += 1
+            self.given += 1
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(turn)
@@ -77,6 +81,7 @@ class ModelTurns:
     def _pass_on(self) -> None:
         while self._waiting and self.running < self.limit:
             self.running += 1
+            self.given += 1
             self._waiting.popleft().set_result(None)
 
 

@@ -279,3 +279,37 @@ def test_a_request_knows_how_long_its_version_waited_for_the_other_s_executions(
     share_turns(set())
     took, waited = asyncio.run(main())[0]
     assert waited == 0.0
+
+
+@pytest.mark.parametrize("in_a_release", [True, False])
+def test_a_batcher_waiting_for_company_stops_a_turn_after_another_execution_took_a_turn(
+    in_a_release: bool,
+) -> None:
+    """Five of its requests are in the server, none queued yet, so the batcher would give all 200
+    turns for them to come; in a release, the other version taking a turn at turn 5 ends the wait a
+    turn later (this batcher's turn is next), and outside one nothing ends it early."""
+    if in_a_release:
+        share_turns({"m"})
+
+    async def turns_given(other_takes_at: int | None) -> int:
+        waiting = batcher("1", Overlaps())
+        waiting._outstanding = 5
+        task = asyncio.ensure_future(waiting._turns_for_company(200))
+        turns = 0
+        while not task.done():
+            if turns == other_takes_at:
+                line = turns_of("m")
+                assert line is not None
+                await line.take(1)
+                line.give()
+            await asyncio.sleep(0)
+            turns += 1
+        waiting.close()
+        return turns
+
+    alone, interrupted = asyncio.run(turns_given(None)), asyncio.run(turns_given(5 if in_a_release else None))
+    assert alone > 200
+    if in_a_release:
+        assert 5 < interrupted <= 8
+    else:
+        assert interrupted > 200
