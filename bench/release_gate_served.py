@@ -43,7 +43,7 @@ from tests.integration.server_process import ServerProcess
 MODEL = "scored"
 WIDTH, LAYERS = 512, 32
 CONFIG = f'name: "{MODEL}"\nmax_batch_size: 8\nversion_policy: {{ latest: {{ num_versions: 1 }} }}\n'
-STEPS = [
+STEPS: list[dict[str, Any]] = [
     {"weight": 10, "duration": "2m"},
     {"weight": 50, "duration": "1m", "shadow": True},
     {"weight": 100},
@@ -104,25 +104,37 @@ def uniform() -> np.ndarray:
     return np.random.default_rng().random((1, 4), dtype=np.float32)
 
 
-def run_case(name: str, scratch: Path, timeout_s: float, layers: int, slower: int) -> dict[str, Any]:
-    flip_above, is_slower, expected = CASES[name]
-    root = scratch / name / "models"
+def serve_version_1(scratch: Path, layers: int) -> ServerProcess:
+    """A poll-mode ``conch serve`` on loopback whose repository (``scratch / "models"``) holds version 1."""
+    root = scratch / "models"
     (root / MODEL / "1").mkdir(parents=True)
     (root / MODEL / "config.pbtxt").write_text(CONFIG)
     (root / MODEL / "1" / "model.onnx").write_bytes(scoring_model(2.0, layers).SerializeToString())
     poll = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
-    server = ServerProcess(root, [*poll, "--state-dir", str(scratch / name / "state")]).start(scratch / name)
+    return ServerProcess(root, [*poll, "--state-dir", str(scratch / "state")]).start(scratch)
+
+
+def release_version_2(server: ServerProcess, steps: list[dict[str, Any]], model: onnx.ModelProto) -> None:
+    """Declare the release of version 2 (no ``gate:``), then install it as ``conch install`` does:
+    one rename into the repository the server polls."""
+    spec = {"candidate": 2, "baseline": 1, "steps": steps}
+    reply = server.request("POST", f"/v2/models/{MODEL}/release", json.dumps(spec).encode())
+    assert reply.status == 200, reply.body
+    root = server.repository
+    assert root is not None
+    staging = root / f".{MODEL}-2"
+    staging.mkdir()
+    (staging / "model.onnx").write_bytes(model.SerializeToString())
+    staging.rename(root / MODEL / "2")
+
+
+def run_case(name: str, scratch: Path, timeout_s: float, layers: int, slower: int) -> dict[str, Any]:
+    flip_above, is_slower, expected = CASES[name]
+    server = serve_version_1(scratch / name, layers)
     traffic = Traffic(server, MODEL, uniform, clients=CLIENTS).start()
     try:
         time.sleep(5.0)  # warm: both the clients and the server's first executions
-        spec = {"candidate": 2, "baseline": 1, "steps": STEPS}
-        reply = server.request("POST", f"/v2/models/{MODEL}/release", json.dumps(spec).encode())
-        assert reply.status == 200, reply.body
-        staging = root / f".{MODEL}-2"
-        staging.mkdir()
-        model = scoring_model(flip_above, layers * slower if is_slower else layers)
-        (staging / "model.onnx").write_bytes(model.SerializeToString())
-        staging.rename(root / MODEL / "2")
+        release_version_2(server, STEPS, scoring_model(flip_above, layers * slower if is_slower else layers))
         deadline = time.monotonic() + timeout_s
         status = judged = _status(server)
         while status["state"] not in DECIDED and time.monotonic() < deadline:

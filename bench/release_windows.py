@@ -12,7 +12,6 @@ the clients' P95 ratio (candidate / baseline) and, per version, what the V2 stat
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -21,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.release_gate_served import CLIENTS, CONFIG, LAYERS, MODEL, scoring_model, uniform
+from bench.release_gate_served import (
+    CLIENTS,
+    LAYERS,
+    MODEL,
+    release_version_2,
+    scoring_model,
+    serve_version_1,
+    uniform,
+)
 from tests.integration.load_traffic import Traffic
 from tests.integration.server_process import ServerProcess
 
@@ -63,23 +70,12 @@ def window(before: dict[int, dict[str, int]], after: dict[int, dict[str, int]], 
 
 
 def run(weight: int, shadow: bool, windows: int, seconds: float, scratch: Path) -> None:
-    root = scratch / "models"
-    (root / MODEL / "1").mkdir(parents=True)
-    (root / MODEL / "config.pbtxt").write_text(CONFIG)
-    (root / MODEL / "1" / "model.onnx").write_bytes(scoring_model(2.0, LAYERS).SerializeToString())
-    poll = ["--model-control-mode", "poll", "--repository-poll-secs", "1"]
-    server = ServerProcess(root, [*poll, "--state-dir", str(scratch / "state")]).start(scratch)
+    server = serve_version_1(scratch, LAYERS)
     traffic = Traffic(server, MODEL, uniform, clients=CLIENTS).start()
     try:
         time.sleep(5.0)
         step: dict[str, Any] = {"weight": weight, "duration": "1h", "shadow": shadow}
-        spec = {"candidate": 2, "baseline": 1, "steps": [step, {"weight": 100}]}
-        reply = server.request("POST", f"/v2/models/{MODEL}/release", json.dumps(spec).encode())
-        assert reply.status == 200, reply.json()
-        staging = root / f".{MODEL}-2"
-        staging.mkdir()
-        (staging / "model.onnx").write_bytes(scoring_model(2.0, LAYERS).SerializeToString())
-        staging.rename(root / MODEL / "2")  # as `conch install` does
+        release_version_2(server, [step, {"weight": 100}], scoring_model(2.0, LAYERS))
         time.sleep(8.0)
         before, started = statistics(server), time.monotonic()
         for number in range(windows):

@@ -281,15 +281,12 @@ def test_a_request_knows_how_long_its_version_waited_for_the_other_s_executions(
     assert waited == 0.0
 
 
-@pytest.mark.parametrize("in_a_release", [True, False])
-def test_a_batcher_waiting_for_company_stops_a_turn_after_another_execution_took_a_turn(
-    in_a_release: bool,
-) -> None:
+@pytest.mark.parametrize("line", ["m", "other"])
+def test_a_batcher_waiting_for_company_stops_a_turn_after_another_execution_took_a_turn(line: str) -> None:
     """Five of its requests are in the server, none queued yet, so the batcher would give all 200
-    turns for them to come; in a release, the other version taking a turn at turn 5 ends the wait a
-    turn later (this batcher's turn is next), and outside one nothing ends it early."""
-    if in_a_release:
-        share_turns({"m"})
+    turns for them to come. A turn taken at turn 5 in its own model's line (a release of ``m``) ends
+    the wait a turn later; one taken in another model's line does not end it."""
+    share_turns({line})
 
     async def turns_given(other_takes_at: int | None) -> int:
         waiting = batcher("1", Overlaps())
@@ -298,18 +295,18 @@ def test_a_batcher_waiting_for_company_stops_a_turn_after_another_execution_took
         turns = 0
         while not task.done():
             if turns == other_takes_at:
-                line = turns_of("m")
-                assert line is not None
-                await line.take(1)
-                line.give()
+                taken = turns_of(line)
+                assert taken is not None
+                await taken.take(1)
+                taken.give()
             await asyncio.sleep(0)
             turns += 1
         waiting.close()
         return turns
 
-    alone, interrupted = asyncio.run(turns_given(None)), asyncio.run(turns_given(5 if in_a_release else None))
+    alone, interrupted = asyncio.run(turns_given(None)), asyncio.run(turns_given(5))
     assert alone > 200
-    if in_a_release:
+    if line == "m":
         assert 5 < interrupted <= 8
     else:
         assert interrupted > 200
