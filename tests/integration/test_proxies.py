@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from conch.core.usable_cores import usable_cores
 from conch.runtime.proxy_count import auto_proxies
+from tests.fixtures import python_models
 from tests.fixtures.onnx_models import identity_model, variable_dims_model, write_repository
 from tests.fixtures.sequence_models import accumulator_config, accumulator_model
 from tests.integration.server_process import ServerProcess, free_port, processes_running, requests_counted
@@ -48,20 +49,26 @@ dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}
 """
 
 
-BATCHED = batched_config("batched", 64, 20000)
+#: A Python model that sleeps 50 ms an execution: the rows that come meanwhile form the next batch,
+#: on a fast machine as on a loaded one (an ONNX relu answered each request before the next client
+#: had connected, and ran 37 batches for 64 requests).
+BATCHED = python_models.ONE_IN_ONE_OUT.format(
+    name="batched", max_batch_size=64, dtype="TYPE_FP32", instances=1, extra="dynamic_batching { }"
+)
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_repository(
+    root = write_repository(
         tmp_path_factory.mktemp("proxies"),
         {
             "relu": (variable_dims_model(), None),
-            "batched": (variable_dims_model(), BATCHED),
             "identity": (identity_model(TensorProto.FLOAT), None),
             "acc": (accumulator_model(TensorProto.UINT64), accumulator_config("acc")),
         },
     )
+    python_models.write_python_model(root, "batched", BATCHED, python_models.PAUSED_ECHO)
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -133,18 +140,24 @@ def test_requests_through_both_proxies_form_whole_batches(server: ServerProcess)
     def one(index: int) -> bool:
         x = np.full((1, 8), float(index), np.float32)
         if index % 2:
-            return bool(np.array_equal(grpc_relu(server, x, "batched"), relu(x)))
+            grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+            try:
+                tensor = grpcclient.InferInput("IN", [1, 8], "FP32")
+                tensor.set_data_from_numpy(x)
+                return bool(np.array_equal(grpc_client.infer("batched", [tensor]).as_numpy("OUT"), x))
+            finally:
+                grpc_client.close()
         client = httpclient.InferenceServerClient(server.http_url)
         try:
-            tensor = httpclient.InferInput("X", [1, 8], "FP32")
+            tensor = httpclient.InferInput("IN", [1, 8], "FP32")
             tensor.set_data_from_numpy(x)
-            return bool(np.array_equal(client.infer("batched", [tensor]).as_numpy("Y"), relu(x)))
+            return bool(np.array_equal(client.infer("batched", [tensor]).as_numpy("OUT"), x))
         finally:
             client.close()
 
     before = {pid: cpu_ns(pid) for pid in proxy_pids(server)}
     with ThreadPoolExecutor(16) as pool:
-        assert all(pool.map(one, range(64)))
+        assert all(pool.map(one, range(64)))  # each client got its own row back
     # Each proxy ran for at least a millisecond meanwhile: both took some of the 64 connections.
     assert all(cpu_ns(pid) - spent > 1_000_000 for pid, spent in before.items()), before
     stats = server.request("GET", "/v2/models/batched/stats").json()["model_stats"][0]
