@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -139,17 +140,10 @@ def test_answers_are_what_onnxruntime_computes_over_every_protocol(server: Serve
 def test_requests_through_both_proxies_form_whole_batches(server: ServerProcess) -> None:
     def one(index: int) -> bool:
         x = np.full((1, 8), float(index), np.float32)
-        if index % 2:
-            grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
-            try:
-                tensor = grpcclient.InferInput("IN", [1, 8], "FP32")
-                tensor.set_data_from_numpy(x)
-                return bool(np.array_equal(grpc_client.infer("batched", [tensor]).as_numpy("OUT"), x))
-            finally:
-                grpc_client.close()
-        client = httpclient.InferenceServerClient(server.http_url)
+        protocol: Any = grpcclient if index % 2 else httpclient
+        client = protocol.InferenceServerClient(server.grpc_url if index % 2 else server.http_url)
         try:
-            tensor = httpclient.InferInput("IN", [1, 8], "FP32")
+            tensor = protocol.InferInput("IN", [1, 8], "FP32")
             tensor.set_data_from_numpy(x)
             return bool(np.array_equal(client.infer("batched", [tensor]).as_numpy("OUT"), x))
         finally:
