@@ -111,12 +111,12 @@ def http_relu(server: ServerProcess, x: np.ndarray, binary: bool) -> np.ndarray:
         client.close()
 
 
-def grpc_relu(server: ServerProcess, x: np.ndarray, model: str = "relu") -> np.ndarray:
+def grpc_relu(server: ServerProcess, x: np.ndarray) -> np.ndarray:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         tensor = grpcclient.InferInput("X", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x)
-        return np.asarray(client.infer(model, [tensor]).as_numpy("Y"))
+        return np.asarray(client.infer("relu", [tensor]).as_numpy("Y"))
     finally:
         client.close()
 
