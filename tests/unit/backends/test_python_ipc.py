@@ -49,6 +49,20 @@ def test_references_travel_as_plain_tuples(pool: conch_ipc.SegmentPool) -> None:
     assert conch_ipc.as_ref(travelled).name == "T"
 
 
+def test_a_segment_left_by_a_killed_process_with_the_same_pid_is_skipped(pool: conch_ipc.SegmentPool) -> None:
+    # A killed server leaves its segments in /dev/shm; a later one that gets its pid makes the same
+    # names, and O_EXCL refused them (a 500 to the client). The leftover is skipped and kept.
+    planted = conch_ipc.SHM_DIR / f"{pool.prefix}-1"
+    planted.write_bytes(b"left over")
+    try:
+        name, refs = pool.write([("T", np.arange(4, dtype=np.float32))])
+        assert name is not None and name != planted.name
+        np.testing.assert_array_equal(conch_ipc.SegmentReader().copy(refs[0]), np.arange(4, dtype=np.float32))
+        assert planted.read_bytes() == b"left over"
+    finally:
+        planted.unlink()
+
+
 def test_segments_are_sized_in_steps_and_reused(pool: conch_ipc.SegmentPool) -> None:
     first, _ = pool.write([("T", np.zeros(100, dtype=np.float32))])
     assert first is not None and (conch_ipc.SHM_DIR / first).stat().st_size == 4096

@@ -291,11 +291,17 @@ class SegmentPool:
                     self._free.pop(index)
                     self._used[segment.name] = segment
                     return segment
-            self._count += 1
-            name = f"{self.prefix}-{self._count}"
-            segment = Segment(name, segment_size(needed, self.default, self.growth), create=True)
-            self._used[name] = segment
-            return segment
+            size = segment_size(needed, self.default, self.growth)
+            while True:
+                self._count += 1
+                name = f"{self.prefix}-{self._count}"
+                try:
+                    segment = Segment(name, size, create=True)
+                except FileExistsError:
+                    # Left by a killed process that had this pid: not ours to remove, so skip it.
+                    continue
+                self._used[name] = segment
+                return segment
 
 
 class SegmentReader:
