@@ -59,7 +59,7 @@ class FrontendServicer:
         except ConchError as exc:  # counted by the model process
             await abort(context, exc)
             raise
-        return bytes(infer_codec.encode_response(response, request).SerializeToString())
+        return infer_codec.encode_response_bytes(response, request)
 
     def _relayer(self, name: str) -> Any:
         async def relayed(payload: bytes, context: Any) -> bytes:

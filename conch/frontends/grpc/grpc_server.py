@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError
@@ -104,11 +105,20 @@ def served_methods(
     infer = methods["ModelInfer"]
     if journal is not None:  # outside the gateway, so that a call the gateway refuses is recorded too
         infer = infer._replace(unary_unary=logged_unary(infer.unary_unary, journal))
-    # Outermost: ModelInfer takes the call's bytes and parses them itself (infer_codec.parse_request).
+    # Outermost: ModelInfer takes the call's bytes and parses them itself (infer_codec.parse_request),
+    # and its answer comes serialized (infer_codec.encode_response_bytes).
     methods["ModelInfer"] = infer._replace(
-        request_deserializer=None, unary_unary=_parsed(infer.unary_unary, codes)
+        request_deserializer=None,
+        unary_unary=_parsed(infer.unary_unary, codes),
+        response_serializer=_serialized,
     )
     return methods
+
+
+def _serialized(reply: bytes | Message) -> bytes:
+    """A ModelInfer answer as bytes: conch's servicer sends them serialized, a servicer of its own
+    (a test's, say) may send the message."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
 def _parsed(behavior: Any, codes: Counter[str]) -> Any:

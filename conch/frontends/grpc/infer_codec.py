@@ -161,6 +161,47 @@ def encode_response(
     return message
 
 
+#: The key of one ``raw_output_contents`` entry on the wire: its field number, length-delimited.
+_RAW_OUTPUT_FIELD = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
+_RAW_OUTPUT_KEY = bytes([_RAW_OUTPUT_FIELD << 3 | 2])
+
+
+def encode_response_bytes(response: InferenceResponse, request: InferenceRequest | None = None) -> bytes:
+    """:func:`encode_response`'s message, serialized, with each output's bytes copied once.
+
+    Why not ``SerializeToString``: protobuf copies an output's bytes into the message, then into a
+    growing buffer while encoding (again each time the buffer grows), then into the result; a 1 MiB
+    output cost about 2.5 ms of CPU a call that way. Protobuf reads a message's fields in any order and
+    keeps a repeated field's entries in the order they come, so the outputs' bytes are framed here and
+    joined behind the rest of the message, which protobuf encodes.
+    """
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for key, value in response.parameters.items():
+        message.parameters[key].string_param = str(value)
+    in_regions = _in_regions(request)
+    outputs = message.outputs
+    pieces: list[bytes | memoryview] = [b""]
+    for tensor in response.outputs:
+        data = tensor.data
+        outputs.add(name=tensor.name, datatype=tensor.datatype, shape=data.shape)
+        raw = b"" if in_regions and tensor.name in in_regions else codecs.to_bytes(data)
+        pieces += (_RAW_OUTPUT_KEY, _varint(len(raw)), raw)
+    pieces[0] = message.SerializeToString()
+    return b"".join(pieces)
+
+
+def _varint(value: int) -> bytes:
+    """``value`` as a protobuf base-128 varint (the length of a length-delimited field)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _in_regions(request: InferenceRequest | None) -> set[str]:
     """The outputs ``request`` asked into shared-memory regions (most requests: none)."""
     if request is None:

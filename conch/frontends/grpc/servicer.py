@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError, InvalidArgumentError
+from conch.core.types import InferenceRequest, InferenceResponse
 from conch.frontends.grpc import infer_codec
 from conch.frontends.grpc.request_log import logged_stream
 from conch.frontends.grpc.status import abort, status_of
@@ -163,7 +164,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             setattr(answer.settings[name], f"{kind}_param", value)
         return answer
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> bytes:
+        """The answer comes serialized (:func:`~.infer_codec.encode_response_bytes`)."""
+        encode = infer_codec.encode_response_bytes
         try:
             # Reading a call's metadata costs a conversion from gRPC's core: only when a release splits.
             key = _route_key(context) if self.server.splits(request.model_name) else None
@@ -173,9 +176,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     request.model_name,
                     request.model_version,
                     _code_of,
-                    lambda trace: self._infer(request, key, trace),
+                    lambda trace: self._infer(request, encode, key, trace),
                 )
-            return await self._infer(request, key)
+            return await self._infer(request, encode, key)
         except ConchError as exc:
             await _abort(context, exc)
             raise
@@ -203,12 +206,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                         message.model_name,
                         message.model_version,
                         _code_of,
-                        lambda trace: self._infer(message, None, trace),
+                        lambda trace: self._infer(message, infer_codec.encode_response, None, trace),
                         "ModelStreamInfer",
                     )
                     yield pb.ModelStreamInferResponse(infer_response=reply)
                 else:
-                    yield pb.ModelStreamInferResponse(infer_response=await self._infer(message))
+                    reply = await self._infer(message, infer_codec.encode_response)
+                    yield pb.ModelStreamInferResponse(infer_response=reply)
             except ConchError as exc:
                 note_error(exc)
                 yield infer_codec.stream_error(message.id, exc.message)
@@ -252,8 +256,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             yield pb.ModelStreamInferResponse(infer_response=last)
 
     async def _infer(
-        self, message: pb.ModelInferRequest, route_key: str | None = None, trace: RequestTrace | None = None
-    ) -> pb.ModelInferResponse:
+        self,
+        message: pb.ModelInferRequest,
+        encode: Callable[[InferenceResponse, InferenceRequest], T],
+        route_key: str | None = None,
+        trace: RequestTrace | None = None,
+    ) -> T:
         leases = RegionLeases(self.regions)
         try:
             if trace is not None:
@@ -267,7 +275,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             leases.release()
         if trace is not None:
             trace.begin("encode")
-        return infer_codec.encode_response(response, request)
+        return encode(response, request)
 
 
 def _route_key(context: Any) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
@@ -9,7 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 from conch.core import codecs, datatypes
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, SharedMemoryRef, Tensor
-from conch.frontends.grpc.infer_codec import decode_request, encode_response
+from conch.frontends.grpc.infer_codec import decode_request, encode_response, encode_response_bytes
 
 FIXED = [name for name in datatypes.BY_NAME if name != "BYTES"]
 
@@ -82,6 +84,20 @@ def test_request_parameters_are_decoded_and_checked() -> None:
     assert "binary_data_output" in refusal(lambda: decode_request(message))
 
 
+def _parsed_bytes(
+    response: InferenceResponse, request: InferenceRequest | None = None
+) -> pb.ModelInferResponse:
+    """``encode_response_bytes``' answer as a client's protobuf reads it."""
+    return pb.ModelInferResponse.FromString(encode_response_bytes(response, request))
+
+
+Encoder = Callable[..., pb.ModelInferResponse]
+
+#: Both encoders of a ModelInfer answer: the message (streams) and its bytes (unary calls).
+ENCODERS = pytest.mark.parametrize("encode", [encode_response, _parsed_bytes], ids=["message", "bytes"])
+
+
+@ENCODERS
 @pytest.mark.parametrize(
     "data",
     [
@@ -95,17 +111,31 @@ def test_request_parameters_are_decoded_and_checked() -> None:
         np.array(["x", "yz"]),
     ],
 )
-def test_an_output_goes_out_as_the_codec_writes_it(data: np.ndarray) -> None:
+def test_an_output_goes_out_as_the_codec_writes_it(encode: Encoder, data: np.ndarray) -> None:
     response = InferenceResponse("m", "1", "id", [Tensor.of("OUT", data)])
-    message = encode_response(response)
+    message = encode(response)
     assert [o.name for o in message.outputs] == ["OUT"]
     assert tuple(message.outputs[0].shape) == data.shape
     assert message.raw_output_contents[0] == bytes(codecs.to_bytes(data))
 
 
-def test_an_output_asked_into_a_region_gets_an_empty_entry() -> None:
+@ENCODERS
+def test_an_output_asked_into_a_region_gets_an_empty_entry(encode: Encoder) -> None:
     request = InferenceRequest("m", outputs=[RequestedOutput("A", shared_memory=SharedMemoryRef("r", 0, 4))])
     outputs = [Tensor.of("A", np.ones(1, np.float32)), Tensor.of("B", np.ones(1, np.float32))]
-    message = encode_response(InferenceResponse("m", "1", outputs=outputs, parameters={"k": 1}), request)
+    message = encode(InferenceResponse("m", "1", outputs=outputs, parameters={"k": 1}), request)
     assert list(message.raw_output_contents) == [b"", np.ones(1, np.float32).tobytes()]
     assert message.parameters["k"].string_param == "1"
+
+
+@pytest.mark.parametrize("sizes", [[0], [127, 128], [16_383, 16_384, 1 << 20], [3, 2_097_152, 5]])
+def test_the_serialized_answer_is_the_message_protobuf_would_serialize(sizes: list[int]) -> None:
+    # Lengths around each varint step (1, 2, 3 and 4 bytes), several outputs, ids and parameters.
+    rng = np.random.default_rng(len(sizes))
+    outputs = [Tensor.of(f"OUT{i}", rng.integers(0, 255, n, dtype=np.uint8)) for i, n in enumerate(sizes)]
+    response = InferenceResponse("model", "3", "request-9", outputs, parameters={"sequence_id": 4})
+    expected = encode_response(response)
+    assert _parsed_bytes(response) == expected
+    assert [bytes(c) for c in _parsed_bytes(response).raw_output_contents] == [
+        o.data.tobytes() for o in outputs
+    ]
