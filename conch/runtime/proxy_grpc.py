@@ -50,8 +50,8 @@ class FrontendServicer:
 
     async def _infer(self, payload: bytes, context: Any) -> bytes:
         try:
-            message = pb.ModelInferRequest.FromString(payload)
-            request = infer_codec.decode_request(message, RegionsElsewhere())
+            message, split_off = infer_codec.parse_request(payload)
+            request = infer_codec.decode_request(message, RegionsElsewhere(), split_off)
         except Exception:  # a region, or a bad request: the model process answers it as in one process
             return await self._relay("ModelInfer", payload, context)
         try:

@@ -130,6 +130,18 @@ def test_two_inputs_two_outputs(grpc_client: grpcclient.InferenceServerClient) -
     assert [o.name for o in result.get_response().outputs] == ["OUTPUT0", "OUTPUT1"]
 
 
+def test_a_large_request_arrives_whole(grpc_client: grpcclient.InferenceServerClient) -> None:
+    # Over 64 KiB a request's raw inputs are taken as views of the call's bytes, unparsed by protobuf.
+    # The model is ONNX Runtime's Identity on strings, which must be UTF-8.
+    text = np.array(
+        [[b"a" * 70_000, b"", b"b", "\u00e9".encode() * 100_000], [b"c" * 3, b"\xc3\xa9", b"", b"z"]],
+        dtype=np.object_,
+    )
+    result = grpc_client.infer("identity-bytes", [tensor("INPUT0", text, "BYTES")], request_id="large-1")
+    assert result.as_numpy("OUTPUT0").tolist() == text.tolist()
+    assert result.get_response().id == "large-1"
+
+
 def test_mixed_datatypes_and_a_batch_only_output_as_n_by_1(
     grpc_client: grpcclient.InferenceServerClient,
 ) -> None:

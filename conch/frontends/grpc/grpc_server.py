@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2_grpc
 
 from conch.core.errors import ConchError
-from conch.frontends.grpc import infer_codec
+from conch.frontends.grpc import infer_codec, raw_inputs
 from conch.frontends.grpc.acceptors import CallAcceptors
 from conch.frontends.grpc.call_admission import SERVICE, stream_admission, wrapped_methods
 from conch.frontends.grpc.grpc_options import (
@@ -126,12 +126,18 @@ def _parsed(behavior: Any, codes: Counter[str]) -> Any:
 
     async def parse_then_answer(raw: bytes, context: Any) -> Any:
         try:
-            request = infer_codec.parse_request(raw)
+            request, split_off = infer_codec.parse_request(raw)
         except ConchError as exc:
             codes[status_of(exc).name] += 1
             await abort(context, exc)
             raise
-        return await behavior(request, context)
+        if split_off is None:
+            return await behavior(request, context)
+        held = raw_inputs.SPLIT_OFF.set((request, split_off))
+        try:
+            return await behavior(request, context)
+        finally:
+            raw_inputs.SPLIT_OFF.reset(held)
 
     return parse_then_answer
 

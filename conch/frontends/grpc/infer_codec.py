@@ -6,6 +6,7 @@ Inputs come as ``raw_input_contents`` (decoded as views over the received bytes)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from conch.core import reserved_parameters as reserved
 from conch.core.classification import class_count
 from conch.core.errors import InvalidArgumentError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from conch.frontends.grpc import raw_inputs
 from conch.shared_memory.tensors import RegionLeases, shared_memory_ref
 
 _CONTENTS_FIELD = {
@@ -35,14 +37,19 @@ _CONTENTS_FIELD = {
 }
 
 
-def parse_request(raw: bytes) -> pb.ModelInferRequest:
-    """A ModelInfer call's bytes as its message, or a 400 saying they are not one.
+def parse_request(raw: bytes) -> tuple[pb.ModelInferRequest, list[memoryview] | None]:
+    """A ModelInfer call's bytes as its message, or a 400 saying they are not one; with the message,
+    the raw inputs of a large request as views of ``raw`` (:mod:`.raw_inputs`; the message then has
+    none), else None.
 
     Why here and not in gRPC's own deserialization: a message gRPC fails to parse ends the call
     UNKNOWN with the parser's exception text, and only a handler can answer INVALID_ARGUMENT.
     """
+    parts = raw_inputs.split(raw) if len(raw) >= raw_inputs.SPLIT_FROM_BYTES else None
     try:
-        return pb.ModelInferRequest.FromString(raw)
+        if parts is None:
+            return pb.ModelInferRequest.FromString(raw), None
+        return pb.ModelInferRequest.FromString(parts[0]), parts[1]
     except DecodeError:
         raise InvalidArgumentError(
             "the request is not a valid inference.ModelInferRequest message; send one serialized with "
@@ -50,12 +57,18 @@ def parse_request(raw: bytes) -> pb.ModelInferRequest:
         ) from None
 
 
-def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None = None) -> InferenceRequest:
+def decode_request(
+    message: pb.ModelInferRequest,
+    regions: RegionLeases | None = None,
+    split_off: Sequence[bytes | memoryview] | None = None,
+) -> InferenceRequest:
     """Core request from a gRPC message; raw and typed contents may not be mixed, as in Triton.
 
     ``regions`` reads inputs from and holds the outputs' system shared-memory regions (None: refused).
+    ``split_off``: the raw inputs :func:`parse_request` split off the message's bytes (None: those
+    :data:`.raw_inputs.SPLIT_OFF` holds for this message, else the message's own).
     """
-    raw = message.raw_input_contents
+    raw = split_off if split_off is not None else _raw_inputs_of(message)
     inputs = message.inputs
     count = len(inputs)
     if raw and len(raw) != count:
@@ -102,6 +115,13 @@ def decode_request(message: pb.ModelInferRequest, regions: RegionLeases | None =
     if outputs:  # empty: every output, the usual request
         request.outputs = [_requested_output(outputs[i], regions) for i in range(len(outputs))]
     return request
+
+
+def _raw_inputs_of(message: pb.ModelInferRequest) -> Sequence[bytes | memoryview]:
+    held = raw_inputs.SPLIT_OFF.get()
+    if held is not None and held[0] is message:
+        return held[1]
+    return message.raw_input_contents
 
 
 def _shape(item: pb.ModelInferRequest.InferInputTensor) -> tuple[int, ...]:
