@@ -1,10 +1,14 @@
-"""``python -m bench.python_backend_large``: 1 MiB inputs through a Python-backend model from one client.
+"""``python -m bench.python_backend_large``: large tensors through a Python-backend model, conch and Triton.
 
-The same ``model.py`` on conch and Triton 2.51: it returns its 1 MiB FP32 input as its output, so
-the tensor crosses to the model process and back on each request. One ``tritonclient`` client (HTTP
-with binary tensors, then gRPC) sends ``--requests`` requests one after another and checks every
-answer against what it sent; the figure is the total time. Both servers are up at once and take
-turns going first each round, so every ratio pairs the two servers' figures of one round.
+The same ``model.py`` files on conch and Triton 2.51, both servers up at once, taking turns going
+first each round, so every ratio pairs the two servers' figures of one round. Two loads:
+
+- **1 MiB, one client**: ``large_python`` returns its 1 MiB FP32 input as its output, so the tensor
+  crosses to the model process and back on each request. One ``tritonclient`` client (HTTP with
+  binary tensors, then gRPC) sends ``--requests`` requests one after another, checking answers
+  against what it sent; the figure is the total time.
+- **An image at 8 clients**: ``image_python`` (``bench.python_backend_ab``'s: a 3x224x224 FP32 row,
+  602 KB, in; each channel's mean out) under perf_analyzer at 8 clients for ``--image-seconds``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from bench.loadgen import PerfTarget, perf_analyzer_point
+from bench.models import model_config
 from bench.peers import serve_conch, serve_triton
+from bench.python_backend_ab import IMAGE_MODEL, IMAGE_WIDTH
 from bench.servers import ServerProcess
 
 MODEL = "large_python"
+IMAGE = "image_python"
+IMAGE_CLIENTS = 8
 #: 1 MiB of FP32.
 WIDTH = (1 << 20) // 4
 ECHO_MODEL = """
@@ -52,6 +61,10 @@ def write_repository(root: Path) -> Path:
     (root / MODEL / "1").mkdir(parents=True)
     (root / MODEL / "1" / "model.py").write_text(ECHO_MODEL)
     (root / MODEL / "config.pbtxt").write_text(CONFIG)
+    (root / IMAGE / "1").mkdir(parents=True)
+    (root / IMAGE / "1" / "model.py").write_text(IMAGE_MODEL)
+    config = model_config(IMAGE, (IMAGE_WIDTH, 3), 'backend: "python"', max_batch_size=8)
+    (root / IMAGE / "config.pbtxt").write_text(config)
     return root
 
 
@@ -95,11 +108,22 @@ def total_seconds(send: Callable[[np.ndarray], np.ndarray], requests: int) -> fl
     return time.perf_counter() - started
 
 
+def image_rate(server: ServerProcess, protocol: str, seconds: float, workdir: Path) -> float:
+    """Inferences a second of ``image_python`` under perf_analyzer at 8 clients (0: the point failed)."""
+    address = server.ports.grpc_address if protocol == "grpc" else server.ports.http_address
+    target = PerfTarget(IMAGE, address, protocol, IMAGE_WIDTH)
+    result = perf_analyzer_point(target, IMAGE_CLIENTS, seconds, workdir)
+    if not result.ok:
+        print(f"{server.name} {protocol}: image point failed: {result.failure}")
+    return result.throughput
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.python_backend_large", description=__doc__)
     parser.add_argument("--requests", type=int, default=3000, help="requests per server, protocol, round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--image-seconds", type=float, default=10.0, help="0: no image load")
     args = parser.parse_args()
     protocols = args.protocols.split(",")
     with tempfile.TemporaryDirectory() as scratch:
@@ -110,6 +134,7 @@ def main() -> None:
             "triton": serve_triton(repository, workdir / "triton"),
         }
         times: dict[tuple[str, str], list[float]] = {(s, p): [] for s in servers for p in protocols}
+        rates: dict[tuple[str, str], list[float]] = {(s, p): [] for s in servers for p in protocols}
         for server in servers.values():
             server.start()
         try:
@@ -121,6 +146,11 @@ def main() -> None:
                         times[name, protocol].append(seconds)
                         per = seconds / args.requests * 1000
                         print(f"round {round_} {protocol} {name}: {seconds:.2f} s ({per:.3f} ms a request)")
+                    if args.image_seconds > 0:
+                        for name in order:
+                            rate = image_rate(servers[name], protocol, args.image_seconds, workdir)
+                            rates[name, protocol].append(rate)
+                            print(f"round {round_} {protocol} {name}: image {rate:,.1f}/s")
         finally:
             for server in servers.values():
                 server.stop()
@@ -131,6 +161,15 @@ def main() -> None:
             f"{protocol}: per round {', '.join(f'{r:.2f}x' for r in ratios)}; "
             f"median {statistics.median(ratios):.2f}x, worst {max(ratios):.2f}x"
         )
+    if args.image_seconds > 0:
+        print(f"\nimage at {IMAGE_CLIENTS} clients, throughput conch / Triton (higher is faster):")
+        for protocol in protocols:
+            pairs = zip(rates["conch", protocol], rates["triton", protocol], strict=True)
+            ratios = [c / t if t else 0.0 for c, t in pairs]
+            print(
+                f"{protocol}: per round {', '.join(f'{r:.2f}x' for r in ratios)}; "
+                f"median {statistics.median(ratios):.2f}x, worst {min(ratios):.2f}x"
+            )
 
 
 if __name__ == "__main__":
