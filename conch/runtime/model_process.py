@@ -16,7 +16,6 @@ from typing import Any
 
 import uvloop
 
-from conch.backends.python.stub.conch_heap import keep_freed_memory
 from conch.lifecycle import release_runner
 from conch.lifecycle.model_control import ControlMode
 from conch.observability import tracing
@@ -43,7 +42,6 @@ def serve(settings: ServeSettings, worker: WorkerLink | None = None) -> None:
     """Assemble and run the model process on a fresh uvloop event loop (as one of several workers when
     ``worker`` is given) until SIGINT or SIGTERM."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    keep_freed_memory()
 
     async def assembled_and_run() -> None:
         await run(assemble(settings, worker))

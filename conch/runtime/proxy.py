@@ -19,7 +19,6 @@ import sys
 
 import uvloop
 
-from conch.backends.python.stub.conch_heap import keep_freed_memory
 from conch.frontends.grpc.grpc_options import GrpcConnectionLimits
 from conch.frontends.http.limits import HttpLimits
 from conch.frontends.tls import TlsSettings
@@ -136,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.decode_here, args.access_log = bool(args.decode_here), bool(args.access_log)
     configure_logging(args.log_level, args.log_format, sys.stderr)
-    keep_freed_memory()
     return uvloop.run(run_proxy(args))
 
 

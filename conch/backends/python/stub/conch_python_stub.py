@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import conch_heap
 import conch_ipc
 import numpy as np
 import pb_responses
@@ -359,7 +358,6 @@ def main() -> None:
     parser.add_argument("--shm-default-bytes", type=int, default=conch_ipc.DEFAULT_SEGMENT_BYTES)
     parser.add_argument("--shm-growth-bytes", type=int, default=conch_ipc.GROWTH_BYTES)
     args = parser.parse_args()
-    conch_heap.keep_freed_memory()
     channel = conch_ipc.Channel(socket.socket(fileno=args.fd))
     pool = conch_ipc.SegmentPool(f"{args.prefix}-c", args.shm_default_bytes, args.shm_growth_bytes)
     runtime = Runtime(channel, pool, args.model_file.parent)
