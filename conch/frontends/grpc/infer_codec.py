@@ -165,19 +165,8 @@ def encode_response(
 
     An output ``request`` asked into a shared-memory region gets an empty entry there, as in Triton.
     """
-    message = pb.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.id
-    )
-    for key, value in response.parameters.items():
-        message.parameters[key].string_param = str(value)
-    in_regions = _in_regions(request)
-    outputs = message.outputs
-    contents = message.raw_output_contents
-    for tensor in response.outputs:
-        data = tensor.data
-        outputs.add(name=tensor.name, datatype=tensor.datatype, shape=data.shape)
-        in_region = bool(in_regions) and tensor.name in in_regions
-        contents.append(b"" if in_region else bytes(codecs.to_bytes(data)))
+    message = _header(response)
+    message.raw_output_contents.extend(bytes(raw) for raw in _output_bytes(message, response, request))
     return message
 
 
@@ -195,21 +184,37 @@ def encode_response_bytes(response: InferenceResponse, request: InferenceRequest
     keeps a repeated field's entries in the order they come, so the outputs' bytes are framed here and
     joined behind the rest of the message, which protobuf encodes.
     """
+    message = _header(response)
+    pieces: list[bytes | memoryview] = [b""]
+    for raw in _output_bytes(message, response, request):
+        pieces += (_RAW_OUTPUT_KEY, _varint(len(raw)), raw)
+    pieces[0] = message.SerializeToString()
+    return b"".join(pieces)
+
+
+def _header(response: InferenceResponse) -> pb.ModelInferResponse:
+    """The answer's model, version, id and parameters."""
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     for key, value in response.parameters.items():
         message.parameters[key].string_param = str(value)
+    return message
+
+
+def _output_bytes(
+    message: pb.ModelInferResponse, response: InferenceResponse, request: InferenceRequest | None
+) -> list[bytes | memoryview]:
+    """Each output's name, datatype and shape added to ``message``; their bytes, in the same order
+    (empty for an output ``request`` asked into a shared-memory region)."""
     in_regions = _in_regions(request)
     outputs = message.outputs
-    pieces: list[bytes | memoryview] = [b""]
+    found: list[bytes | memoryview] = []
     for tensor in response.outputs:
         data = tensor.data
         outputs.add(name=tensor.name, datatype=tensor.datatype, shape=data.shape)
-        raw = b"" if in_regions and tensor.name in in_regions else codecs.to_bytes(data)
-        pieces += (_RAW_OUTPUT_KEY, _varint(len(raw)), raw)
-    pieces[0] = message.SerializeToString()
-    return b"".join(pieces)
+        found.append(b"" if in_regions and tensor.name in in_regions else codecs.to_bytes(data))
+    return found
 
 
 def _varint(value: int) -> bytes:
