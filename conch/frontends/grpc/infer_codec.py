@@ -180,9 +180,9 @@ def encode_response_bytes(response: InferenceResponse, request: InferenceRequest
 
     Why not ``SerializeToString``: protobuf copies an output's bytes into the message, then into a
     growing buffer while encoding (again each time the buffer grows), then into the result; a 1 MiB
-    output cost about 2.5 ms of CPU a call that way. Protobuf reads a message's fields in any order and
-    keeps a repeated field's entries in the order they come, so the outputs' bytes are framed here and
-    joined behind the rest of the message, which protobuf encodes.
+    echo cost the server 6.0 to 6.9 ms of CPU a call that way and 3.9 to 4.8 framed here. Protobuf
+    reads a message's fields in any order and keeps a repeated field's entries in the order they
+    come, so the outputs' bytes are framed here and joined behind the rest, which protobuf encodes.
     """
     message = _header(response)
     pieces: list[bytes | memoryview] = [b""]
