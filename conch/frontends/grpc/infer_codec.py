@@ -185,10 +185,10 @@ def encode_response_bytes(response: InferenceResponse, request: InferenceRequest
     come, so the outputs' bytes are framed here and joined behind the rest, which protobuf encodes.
     """
     message = _header(response)
-    pieces: list[bytes | memoryview] = [b""]
-    for raw in _output_bytes(message, response, request):
+    raws = _output_bytes(message, response, request)  # adds the outputs' metadata to the message
+    pieces: list[bytes | memoryview] = [message.SerializeToString()]
+    for raw in raws:
         pieces += (_RAW_OUTPUT_KEY, _varint(len(raw)), raw)
-    pieces[0] = message.SerializeToString()
     return b"".join(pieces)
 
 
