@@ -8,7 +8,7 @@ process). Held messages leave at the start of the next turn, before the loop wai
 They leave pickled together, as one list: one ``pickle.dumps`` and one ``pickle.loads`` for the
 turn, whose repeated strings (model, datatype, tensor and field names) are written once. Per
 message that is 0.42 us to write and 0.63 us to read, against 1.03 and 1.49 us pickled one by one
-(16 ``tiny`` requests); ``conch_ipc.split_frames`` hands the receiver the messages one by one.
+(16 ``tiny`` requests); ``conch_frames.split_frames`` hands the receiver the messages one by one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from conch.backends.python.connection import LoopConnection
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames
 
 
 class CoalescingConnection(LoopConnection):
@@ -42,7 +42,7 @@ class CoalescingConnection(LoopConnection):
         if self._closed:
             return
         if turn:
-            self._outbox += conch_ipc.encode_frame(turn)
+            self._outbox += conch_frames.encode_frame(turn)
         if not self._outbox:
             return
         try:

@@ -1,6 +1,6 @@
 """Questions and answers between the supervisor and its worker processes, over a socketpair.
 
-Each message is framed as every message between conch's processes is (``conch_ipc.encode_frame``: a
+Each message is framed as every message between conch's processes is (``conch_frames.encode_frame``: a
 4-byte length and a pickle). Both ends are conch processes started from the same ``conch serve``, so
 pickle carries no outside input. A channel serves one direction: one side only :meth:`ask`, the other
 only :meth:`answer`.
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from conch.backends.python.stub.conch_ipc import FRAME_HEADER, encode_frame
+from conch.backends.python.stub.conch_frames import FRAME_HEADER, encode_frame
 
 
 class ControlChannel:

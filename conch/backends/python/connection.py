@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames
 
 #: Bytes read at a time. Under the allocator's mmap threshold (128 KiB), so each read's buffer comes
 #: from the heap: a 1 MiB read cost an mmap, an mremap and a munmap every time (strace of the model
@@ -56,7 +56,7 @@ class LoopConnection:
     def send(self, message: dict[str, Any]) -> None:
         if self._closed:
             return
-        frame = conch_ipc.encode_frame(message)
+        frame = conch_frames.encode_frame(message)
         if self._outbox:
             self._outbox += frame
             return
@@ -86,7 +86,7 @@ class LoopConnection:
         except OSError:
             self._close()
             return
-        for message in conch_ipc.split_frames(self._inbox):
+        for message in conch_frames.split_frames(self._inbox):
             if self._closed:
                 return
             self._on_message(message)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames, conch_ipc
 from conch.core.errors import UnavailableError
 
 STUB = Path(__file__).parent / "stub" / "conch_python_stub.py"
@@ -73,7 +73,7 @@ class ModelProcess:
         finally:
             theirs.close()
         self.sock = ours
-        self.channel = conch_ipc.Channel(ours)
+        self.channel = conch_frames.Channel(ours)
         #: Where the model's log lines and metric changes go while it starts (the instance sets it).
         self.on_message: Callable[[dict[str, Any]], None] = lambda message: None
 

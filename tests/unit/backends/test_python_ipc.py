@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames, conch_ipc
 
 
 @pytest.fixture
@@ -85,20 +85,20 @@ def test_a_reader_refuses_names_that_are_paths() -> None:
 
 
 def test_frames_split_whole_messages_only() -> None:
-    frames = conch_ipc.encode_frame({"op": "a"}) + conch_ipc.encode_frame({"op": "b", "n": 2})
+    frames = conch_frames.encode_frame({"op": "a"}) + conch_frames.encode_frame({"op": "b", "n": 2})
     buffer = bytearray(frames[:-3])
-    assert conch_ipc.split_frames(buffer) == [{"op": "a"}]
+    assert conch_frames.split_frames(buffer) == [{"op": "a"}]
     buffer += frames[-3:]
-    assert conch_ipc.split_frames(buffer) == [{"op": "b", "n": 2}] and not buffer
+    assert conch_frames.split_frames(buffer) == [{"op": "b", "n": 2}] and not buffer
 
 
 def test_channel_round_trip() -> None:
     left, right = socket.socketpair()
     with left, right:
-        conch_ipc.Channel(left).send({"op": "x", "data": list(range(5))})
-        assert conch_ipc.Channel(right).receive() == {"op": "x", "data": [0, 1, 2, 3, 4]}
+        conch_frames.Channel(left).send({"op": "x", "data": list(range(5))})
+        assert conch_frames.Channel(right).receive() == {"op": "x", "data": [0, 1, 2, 3, 4]}
         left.close()
-        assert conch_ipc.Channel(right).receive() is None
+        assert conch_frames.Channel(right).receive() is None
 
 
 def test_a_dropped_segment_is_forgotten_by_its_reader(pool: conch_ipc.SegmentPool) -> None:
@@ -119,6 +119,6 @@ def test_a_dropped_segment_is_forgotten_by_its_reader(pool: conch_ipc.SegmentPoo
 
 
 def test_a_frame_holding_a_list_gives_its_messages_one_by_one_in_order() -> None:
-    frames = conch_ipc.encode_frame([{"op": "a"}, {"op": "b"}]) + conch_ipc.encode_frame({"op": "c"})
+    frames = conch_frames.encode_frame([{"op": "a"}, {"op": "b"}]) + conch_frames.encode_frame({"op": "c"})
     buffer = bytearray(frames)
-    assert conch_ipc.split_frames(buffer) == [{"op": "a"}, {"op": "b"}, {"op": "c"}] and not buffer
+    assert conch_frames.split_frames(buffer) == [{"op": "a"}, {"op": "b"}, {"op": "c"}] and not buffer

@@ -10,7 +10,7 @@ import asyncio
 import socket
 from typing import Any
 
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames
 from conch.runtime.coalescing import CoalescingConnection
 
 
@@ -38,7 +38,7 @@ def test_a_turns_messages_go_in_one_frame_and_arrive_in_order() -> None:
 
     received, raw = asyncio.run(scenario())
     assert received == [{"op": "answer", "id": n} for n in range(5)]
-    assert raw == conch_ipc.encode_frame([{"op": "answer", "id": n} for n in range(5)])
+    assert raw == conch_frames.encode_frame([{"op": "answer", "id": n} for n in range(5)])
 
 
 def test_nothing_is_sent_after_detach() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from conch.backends.python.stub import conch_ipc
+from conch.backends.python.stub import conch_frames, conch_ipc
 from conch.backends.python.stub.conch_ipc import SegmentPool, SegmentReader
 from conch.core.errors import ConchError, InvalidArgumentError, RateLimitedError, UnavailableError
 from conch.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
@@ -31,8 +31,8 @@ def pool() -> Iterator[SegmentPool]:
 
 def across(message: dict[str, object]) -> dict[str, object]:
     """``message`` as the other process reads it off the socket."""
-    buffer = bytearray(conch_ipc.encode_frame(message))
-    (received,) = conch_ipc.split_frames(buffer)
+    buffer = bytearray(conch_frames.encode_frame(message))
+    (received,) = conch_frames.split_frames(buffer)
     return received
 
 

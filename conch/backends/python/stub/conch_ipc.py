@@ -1,5 +1,5 @@
-"""How the server and a Python model's process talk: small framed messages over a socket, tensors in
-shared memory.
+"""How tensors cross between the server and a Python model's process: in shared memory, described by
+small messages (framed as :mod:`conch_frames` frames them).
 
 Why this shape: a message says *which* tensors (name, datatype, shape, where they lie); the bytes
 themselves lie in POSIX shared memory segments (files in ``/dev/shm``) that both processes map, so a
@@ -25,8 +25,6 @@ import contextlib
 import math
 import mmap
 import os
-import pickle
-import socket
 import struct
 import threading
 from collections.abc import Callable
@@ -40,8 +38,8 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 GROWTH_BYTES = 1 << 20
 #: Free segments a pool keeps for reuse; more than this are removed.
 KEPT_FREE = 4
-#: Every message between conch's processes: this header (the payload's length), then the pickle.
-FRAME_HEADER = _LENGTH = struct.Struct("<I")
+#: A BYTES element's length, before its bytes (Triton's layout).
+_LENGTH = struct.Struct("<I")
 _ALIGN = 64
 
 NUMPY_OF = {
@@ -94,69 +92,6 @@ class TensorRef(NamedTuple):
 def as_ref(value: Any) -> TensorRef:
     """A reference received as a tuple, as a :class:`TensorRef` again."""
     return value if isinstance(value, TensorRef) else TensorRef(*value)
-
-
-# -- messages ---------------------------------------------------------------------------------------
-
-
-class Channel:
-    """Length-prefixed pickled messages over a connected socket; ``send`` may be called from any
-    thread. Only small dictionaries travel here: tensors go through segments."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._send_lock = threading.Lock()
-
-    def send(self, message: dict[str, Any]) -> None:
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        with self._send_lock:
-            self.sock.sendall(_LENGTH.pack(len(payload)) + payload)
-
-    def receive(self) -> dict[str, Any] | None:
-        """The next message, or None when the other side closed the connection."""
-        header = self._exactly(_LENGTH.size)
-        if header is None:
-            return None
-        body = self._exactly(_LENGTH.unpack(header)[0])
-        return None if body is None else pickle.loads(body)
-
-    def _exactly(self, count: int) -> bytes | None:
-        chunks = []
-        while count:
-            chunk = self.sock.recv(min(count, 1 << 20))
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            count -= len(chunk)
-        return b"".join(chunks)
-
-
-def encode_frame(message: Any) -> bytes:
-    """One message, or a list of them, as it travels (for writers that send without :class:`Channel`)."""
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _LENGTH.pack(len(payload)) + payload
-
-
-def split_frames(buffer: bytearray) -> list[dict[str, Any]]:
-    """The complete messages at the start of ``buffer``, removed from it; a partial one stays. A frame
-    may hold a list of messages (a turn's, ``conch.runtime.coalescing``): they come one by one."""
-    messages = []
-    start = 0
-    # Unpickled from a view of the buffer: slicing the bytearray copied each message twice.
-    with memoryview(buffer) as view:
-        while len(view) - start >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(view, start)
-            end = start + _LENGTH.size + length
-            if end > len(view):
-                break
-            found = pickle.loads(view[start + _LENGTH.size : end])
-            if type(found) is list:
-                messages.extend(found)
-            else:
-                messages.append(found)
-            start = end
-    del buffer[:start]
-    return messages
 
 
 # -- segments ---------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import conch_frames
 import conch_ipc
 import numpy as np
 import pb_responses
@@ -50,7 +51,7 @@ def describe(exc: BaseException) -> str:
 class Runtime:
     """What ``pb_utils`` talks to: the channel to the server and the segments of both sides."""
 
-    def __init__(self, channel: conch_ipc.Channel, pool: conch_ipc.SegmentPool, model_dir: Path) -> None:
+    def __init__(self, channel: conch_frames.Channel, pool: conch_ipc.SegmentPool, model_dir: Path) -> None:
         self.channel = channel
         self.pool = pool
         self.segments = conch_ipc.SegmentReader()
@@ -358,7 +359,7 @@ def main() -> None:
     parser.add_argument("--shm-default-bytes", type=int, default=conch_ipc.DEFAULT_SEGMENT_BYTES)
     parser.add_argument("--shm-growth-bytes", type=int, default=conch_ipc.GROWTH_BYTES)
     args = parser.parse_args()
-    channel = conch_ipc.Channel(socket.socket(fileno=args.fd))
+    channel = conch_frames.Channel(socket.socket(fileno=args.fd))
     pool = conch_ipc.SegmentPool(f"{args.prefix}-c", args.shm_default_bytes, args.shm_growth_bytes)
     runtime = Runtime(channel, pool, args.model_file.parent)
     pool.on_drop = lambda name: channel.send({"op": "forget", "segment": name})
