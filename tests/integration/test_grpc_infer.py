@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -189,7 +189,7 @@ def test_request_id_and_version_are_echoed(grpc_client: grpcclient.InferenceServ
 
 
 def typed_request(
-    model: str, datatype: str, shape: list[int], field: str, values: list[object]
+    model: str, datatype: str, shape: list[int], field: str, values: Sequence[object]
 ) -> service_pb2.ModelInferRequest:
     """A ``ModelInferRequest`` carrying INPUT0 in the typed ``contents`` field instead of raw bytes."""
     request = service_pb2.ModelInferRequest(model_name=model)
@@ -229,7 +229,7 @@ def test_typed_contents_instead_of_raw(
     (output,) = response.outputs
     assert (output.name, output.datatype, list(output.shape)) == ("OUTPUT0", datatype, [1, 4])
     # Answers always come back in raw_output_contents, as Triton sends them.
-    served = np.frombuffer(response.raw_output_contents[0], dtype=dtype)
+    served: np.ndarray = np.frombuffer(response.raw_output_contents[0], dtype=dtype)
     np.testing.assert_array_equal(served, np.array(values, dtype=dtype))
 
 
