@@ -84,8 +84,8 @@ class PyTorchModelBuilder:
             run_warmup(list(gpu_instances), cold_start, folder)
         record_load_phase(config.name, "context", warming - started)
         record_load_phase(config.name, "warmup", time.perf_counter() - warming)
-        name = f"{folder.name}-{version.version}"
-        version.scheduler = create_scheduler(config, InstancePool(list(instances), name), version.statistics)
+        pool = InstancePool(list(instances), f"{folder.name}-{version.version}", folder.name)
+        version.scheduler = create_scheduler(config, pool, version.statistics)
         if gpu_instances and FallbackLevel.CPU in self._levels(config):
             version.cpu_fallback = cpu_build(torch, model_file, version, settings, len(instances), label)
 

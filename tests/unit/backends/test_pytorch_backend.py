@@ -206,6 +206,18 @@ def test_a_load_records_its_context_and_warmup_phases(tmp_path: Path) -> None:
     model.versions[1].close()
 
 
+def test_every_version_of_a_model_shares_the_models_turns_on_the_event_loop(tmp_path: Path) -> None:
+    # The pool is keyed by the model's name, as ONNX and Python models' pools are: during a release the
+    # two versions' executions count as one model's, not as another model's that keeps both off the loop.
+    write_torchscript_cnn(tmp_path / "twins" / "2")
+    model = loader().load(write_model(tmp_path, "twins", "version_policy: { all: {} }"))
+
+    pools = [model.versions[number].scheduler._pool for number in (1, 2)]  # type: ignore[union-attr]
+    assert [pool.model for pool in pools] == ["twins", "twins"]
+    for version in model.versions.values():
+        version.close()
+
+
 def test_a_torchscript_output_beyond_its_results_fails_the_warmup(tmp_path: Path) -> None:
     folder = write_model(
         tmp_path,
