@@ -31,7 +31,7 @@ counts the requests sent after a rollback. The exact zeros and ones (no errors, 
 drift) must be equal. P95 comes from ``histogram_quantile`` over buckets 2 to 2.5 times apart, with
 linear interpolation inside a bucket. On a shared machine, two identical graphs can land a bucket apart
 from one second to the next. So ``max_p95_increase`` is set out of reach here, and the two replicas'
-P95 figures are only checked to be within one bucket's factor of each other. P95 rollbacks are tested
+P95 figures are only checked to be within two buckets' factor of each other. P95 rollbacks are tested
 on one server, with a slower candidate.
 """
 
@@ -220,9 +220,11 @@ def last_judged(seen: list[Sample]) -> dict[str, Any]:
 
 
 def assert_p95_alike(a: float | None, b: float | None) -> None:
-    """Both P95 ratios within one bucket's factor (2.5) of each other, read as ``1 + increase``."""
+    """Both P95 ratios within two buckets' factor (2.5 each) of each other, read as ``1 + increase``:
+    each ratio is one interpolated quantile over another, and each of the four can land a bucket
+    apart between the replicas' instants (3.2 apart was seen on a loaded machine)."""
     assert a is not None and b is not None
-    assert 1 / 2.5 <= (1 + a) / (1 + b) <= 2.5, (a, b)
+    assert 1 / 2.5**2 <= (1 + a) / (1 + b) <= 2.5**2, (a, b)
 
 
 def test_an_agreeing_candidate_is_promoted_by_both_replicas(
