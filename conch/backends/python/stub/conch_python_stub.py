@@ -31,6 +31,7 @@ from typing import Any
 import conch_frames
 import conch_ipc
 import numpy as np
+import ort_threads
 import pb_responses
 import triton_python_backend_utils as pb_utils
 from output_check import OutputRules
@@ -365,6 +366,7 @@ def main() -> None:
     pool.on_drop = lambda name: channel.send({"op": "forget", "segment": name})
     pb_utils._runtime = runtime
     stub = Stub(runtime, args.model_file)
+    ort_threads.install()  # before the model's code runs: its sessions' idle threads sleep
     try:
         stub.load_module()
     except BaseException as exc:  # a model.py that does not import is the model's failure, not ours
